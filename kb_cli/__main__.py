@@ -1,0 +1,3 @@
+from kb_cli.cli import main
+
+main()

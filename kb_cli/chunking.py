@@ -1,0 +1,130 @@
+"""Text blocks -> chunks: deterministic, paragraph-aware, and fine with Chinese text.
+
+Paragraphs are packed into chunks of at most TARGET_CHARS characters. A paragraph
+longer than that is split at sentence ends (Latin or CJK punctuation), then at spaces,
+and as a last resort at the character limit, which is what unspaced Chinese needs.
+Each chunk after the first of a section starts with up to OVERLAP_CHARS characters
+from the end of the previous one, so a sentence cut at a border is still findable.
+A chunk never spans two headings; it keeps the page and heading it starts in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from kb_cli.parsers import Block
+
+TARGET_CHARS = 1000
+OVERLAP_CHARS = 150
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?;。！？；])\s*")
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class ChunkText:
+    index: int
+    text: str
+    page: int | None
+    heading: str | None
+
+
+def chunk_blocks(
+    blocks: Iterable[Block], target: int = TARGET_CHARS, overlap: int = OVERLAP_CHARS
+) -> list[ChunkText]:
+    if not 0 <= overlap < target // 2:
+        raise ValueError("overlap must be less than half the target size")
+    texts: list[tuple[str, int | None, str | None]] = []
+    for heading, section in itertools.groupby(blocks, key=lambda block: block.heading):
+        texts.extend(_pack_section(list(section), heading, target, overlap))
+    return [ChunkText(i, text, page, heading) for i, (text, page, heading) in enumerate(texts)]
+
+
+def _pack_section(
+    section: list[Block], heading: str | None, target: int, overlap: int
+) -> Iterator[tuple[str, int | None, str | None]]:
+    current: list[str] = []
+    size = 0
+    page: int | None = None
+    fresh = False  # whether `current` holds more than the overlap carried over
+    for block in section:
+        for paragraph in _paragraphs(block.text, target - overlap):
+            if fresh and size + len(paragraph) > target:
+                text = _join(current)
+                yield text, page, heading
+                tail = _tail(text, overlap)
+                current = [tail] if tail else []
+                size = len(tail)
+                fresh = False
+            if not fresh:
+                page = block.page
+            current.append(paragraph)
+            size += len(paragraph) + 1
+            fresh = True
+    if fresh:
+        yield _join(current), page, heading
+
+
+def _join(pieces: list[str]) -> str:
+    return "\n".join(pieces)
+
+
+def _paragraphs(text: str, limit: int) -> Iterator[str]:
+    """Normalised paragraphs, none longer than `limit` characters."""
+    for raw in _PARAGRAPH_BREAK.split(text):
+        paragraph = _SPACES.sub(" ", raw).strip()
+        if paragraph:
+            yield from _split_long(paragraph, limit)
+
+
+def _split_long(paragraph: str, limit: int) -> Iterator[str]:
+    if len(paragraph) <= limit:
+        yield paragraph
+        return
+    current = ""
+    for sentence in _SENTENCE_END.split(paragraph):
+        for piece in _hard_wrap(sentence, limit):
+            joined = _concat(current, piece)
+            if current and len(joined) > limit:
+                yield current
+                joined = piece
+            current = joined
+    if current:
+        yield current
+
+
+def _hard_wrap(sentence: str, limit: int) -> Iterator[str]:
+    """Cut an over-long sentence at the last space before the limit, else at the limit."""
+    while len(sentence) > limit:
+        cut = sentence.rfind(" ", 0, limit)
+        cut = cut if cut > limit // 2 else limit
+        yield sentence[:cut].strip()
+        sentence = sentence[cut:].strip()
+    if sentence:
+        yield sentence
+
+
+def _concat(left: str, right: str) -> str:
+    """Join two pieces of one paragraph: no space between CJK characters."""
+    if not left:
+        return right
+    return left + right if _is_cjk(left[-1]) or _is_cjk(right[0]) else f"{left} {right}"
+
+
+def _is_cjk(char: str) -> bool:
+    return "\u2e80" <= char <= "\u9fff" or "\uf900" <= char <= "\uffef"
+
+
+def _tail(text: str, overlap: int) -> str:
+    """About the last `overlap` characters, starting after a space if one is near."""
+    if overlap == 0 or len(text) <= overlap:
+        return ""
+    tail = text[-overlap:]
+    space = tail.find(" ")
+    if 0 <= space < overlap // 2:
+        tail = tail[space + 1 :]
+    return tail.strip()

@@ -1,0 +1,470 @@
+"""The `kb` command line: parse, call one service, render. The one error boundary.
+
+Services, SQLAlchemy and parsers are imported inside the commands, so `kb --help`
+and `kb --version` start fast and never touch the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kb_cli import __version__, console
+from kb_cli.errors import KbError, UsageError
+
+app = typer.Typer(
+    name="kb",
+    help="Ingest documents into a knowledge base: upload, submit, work, review, publish.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON Lines on stdout.")]
+
+
+@dataclass(frozen=True)
+class Globals:
+    home: str | None
+    database_url: str | None
+    object_store: str | None
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"kb {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    home: Annotated[
+        str | None,
+        typer.Option("--home", envvar="KB_HOME", help="State directory (default ./.kb)."),
+    ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar="DATABASE_URL",
+            help="Database URL (default sqlite:///HOME/kb.sqlite3).",
+        ),
+    ] = None,
+    object_store: Annotated[
+        str | None,
+        typer.Option(
+            "--object-store",
+            envvar="OBJECT_STORE_ROOT",
+            help="Object store directory (default HOME/objects).",
+        ),
+    ] = None,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    ctx.obj = Globals(home, database_url, object_store)
+
+
+def _open(ctx: typer.Context):
+    from kb_cli.config import resolve_settings
+    from kb_cli.services.context import Kb
+
+    options: Globals = ctx.obj
+    return Kb.open(resolve_settings(options.home, options.database_url, options.object_store))
+
+
+# --- commands ------------------------------------------------------------------------
+
+
+@app.command()
+def upload(
+    ctx: typer.Context,
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="Files to upload: .pdf, .docx, .txt, .md.", show_default=False),
+    ],
+    submit: Annotated[
+        bool, typer.Option("--submit", help="Also submit each document; print task records.")
+    ] = False,
+    replace: Annotated[
+        str | None,
+        typer.Option(
+            "--replace",
+            metavar="DOCUMENT_ID",
+            help="Replace the file of this draft, failed or published document.",
+        ),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Upload files as draft documents.
+
+    Every file is checked before any is stored: one unsupported file stores nothing.
+
+    Example: kb upload report.pdf notes.md --submit
+    """
+    from kb_cli.services import documents
+
+    kb = _open(ctx)
+    if replace is not None:
+        if len(files) != 1 or submit:
+            raise UsageError("--replace takes exactly one file and no --submit")
+        records = [documents.replace_file(kb, files[0], replace)]
+    else:
+        records = documents.upload_files(kb, files, submit=submit)
+    console.print_records(records, json_out)
+
+
+@app.command()
+def submit(
+    ctx: typer.Context,
+    document_id: Annotated[str, typer.Argument(help="Document id or unique prefix.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Queue a draft document for ingestion and print its task.
+
+    Example: kb submit 3f2a9c
+    """
+    from kb_cli.services import documents
+
+    console.print_records([documents.submit_document(_open(ctx), document_id)], json_out)
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    entity_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[ID]",
+            help="Task or document id (or unique prefix). Omit to list documents.",
+            show_default=False,
+        ),
+    ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Block until the task ends (succeeded, failed, cancelled)."),
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout", metavar="SECONDS", min=0, help="Give up waiting after this long."
+        ),
+    ] = None,
+    status_filter: Annotated[
+        str | None,
+        typer.Option("--status", metavar="S", help="List only documents with this status."),
+    ] = None,
+    error_code: Annotated[
+        str | None,
+        typer.Option(
+            "--error-code", metavar="C", help="List only documents whose latest task failed so."
+        ),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Show a task, a document, or every document (newest first).
+
+    Examples: kb status; kb status 3f2a9c --wait --timeout 60; kb status --status failed
+    """
+    from kb_cli.lifecycle import DocStatus
+    from kb_cli.services import documents, tasks
+
+    if entity_id is None:
+        if wait:
+            raise UsageError("--wait needs a task or document id")
+        if status_filter is not None and status_filter not in set(DocStatus):
+            raise UsageError(f"unknown --status {status_filter!r}; one of: {', '.join(DocStatus)}")
+        records = documents.list_document_records(_open(ctx), status_filter, error_code)
+        if json_out:
+            console.print_records(records, True)
+        else:
+            console.print_document_table(records)
+        return
+    if status_filter or error_code:
+        raise UsageError("--status and --error-code filter the list; give no id with them")
+    if timeout is not None and not wait:
+        raise UsageError("--timeout only applies with --wait")
+    kb = _open(ctx)
+    if not wait:
+        console.print_records([tasks.get_record(kb, entity_id)], json_out)
+        return
+    live = console.LiveWait() if not json_out and console.is_fancy(sys.stderr) else None
+    try:
+        record = tasks.wait_for_task(kb, entity_id, timeout, on_change=live)
+    except tasks.WaitTimeout as timed_out:
+        console.print_records([timed_out.record], json_out)
+        raise
+    finally:
+        if live:
+            live.close()
+    console.print_records([record], json_out)
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument(help="Task id or unique prefix.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Cancel a queued, running or waiting task; its document goes back to draft.
+
+    Example: kb cancel 9b1e77
+    """
+    from kb_cli.services import tasks
+
+    console.print_records([tasks.cancel_task(_open(ctx), task_id)], json_out)
+
+
+@app.command()
+def retry(
+    ctx: typer.Context,
+    entity_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[ID]",
+            help="Failed task id, or a document id meaning its latest task.",
+            show_default=False,
+        ),
+    ] = None,
+    all_failed: Annotated[
+        bool, typer.Option("--all-failed", help="Requeue every failed task.")
+    ] = False,
+    error_code: Annotated[
+        str | None,
+        typer.Option("--error-code", metavar="C", help="With --all-failed: only tasks failed so."),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Requeue a failed task (same task row, attempt kept) after fixing the cause.
+
+    Examples: kb retry 9b1e77; kb retry --all-failed --error-code parse_error
+    """
+    from kb_cli.services import tasks
+
+    if all_failed == (entity_id is not None):
+        raise UsageError("give either an ID or --all-failed")
+    if error_code and not all_failed:
+        raise UsageError("--error-code only applies with --all-failed")
+    kb = _open(ctx)
+    records = (
+        tasks.retry_all_failed(kb, error_code) if all_failed else [tasks.retry_task(kb, entity_id)]
+    )
+    console.print_records(records, json_out)
+
+
+@app.command()
+def work(
+    ctx: typer.Context,
+    task_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[TASK_ID]",
+            help="Claim this task instead of the oldest claimable one.",
+            show_default=False,
+        ),
+    ] = None,
+    worker_id: Annotated[
+        str | None,
+        typer.Option(
+            "--worker-id", metavar="NAME", help="Name in logs and records (default HOST-PID)."
+        ),
+    ] = None,
+    loop: Annotated[bool, typer.Option("--loop", help="Poll for tasks until stopped.")] = False,
+    drain: Annotated[
+        bool, typer.Option("--drain", help="Run tasks until none is claimable.")
+    ] = False,
+    max_tasks: Annotated[
+        int | None,
+        typer.Option("--max-tasks", metavar="N", min=1, help="Run at most N tasks, then stop."),
+    ] = None,
+    stage_delay: Annotated[
+        float,
+        typer.Option(
+            "--stage-delay",
+            metavar="SECONDS",
+            min=0,
+            help="Pause after each progress step (for demos and tests).",
+        ),
+    ] = 0.0,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            "--lease-seconds",
+            metavar="N",
+            min=0.5,
+            help="How long a claim stays valid without a heartbeat.",
+        ),
+    ] = 60.0,
+    max_attempts: Annotated[
+        int,
+        typer.Option(
+            "--max-attempts",
+            metavar="N",
+            min=1,
+            help="Attempts before a lost or transiently failing task ends failed.",
+        ),
+    ] = 3,
+    backoff_seconds: Annotated[
+        float,
+        typer.Option(
+            "--backoff-seconds",
+            metavar="SECONDS",
+            min=0,
+            envvar="KB_BACKOFF_SECONDS",
+            help="Base of the exponential retry delay after a transient error.",
+        ),
+    ] = 5.0,
+    poll_seconds: Annotated[
+        float,
+        typer.Option(
+            "--poll-seconds",
+            metavar="SECONDS",
+            min=0.05,
+            help="With --loop: how long to sleep when no task is claimable.",
+        ),
+    ] = 1.0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Claim tasks and run them: download, parse, embedding, indexing, finalizing.
+
+    Exit code 0 whether the task succeeded, failed or was cancelled, and when there
+    was nothing to claim or another worker won the race. The first SIGINT/SIGTERM
+    releases the current task at the next safe point; a second one exits at once.
+
+    Examples: kb work --drain; kb work --loop --worker-id A --stage-delay 0.5
+    """
+    from kb_cli.worker import Worker, WorkerOptions, default_worker_id
+
+    if sum([loop, drain, max_tasks is not None]) > 1:
+        raise UsageError("choose one of --loop, --drain, --max-tasks")
+    if task_id is not None and (loop or drain or max_tasks is not None):
+        raise UsageError("a TASK_ID runs that one task; drop --loop/--drain/--max-tasks")
+    options = WorkerOptions(
+        worker_id=worker_id or default_worker_id(),
+        lease_seconds=lease_seconds,
+        max_attempts=max_attempts,
+        stage_delay=stage_delay,
+        backoff_seconds=backoff_seconds,
+        poll_seconds=poll_seconds,
+    )
+    fancy = not json_out and console.is_fancy(sys.stderr)
+    listener = (console.LiveWorkerDisplay if fancy else console.PlainWorkerLog)(options.worker_id)
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    worker = Worker(_open(ctx), options, listener, stop)
+    limit = None if (loop or drain) else (max_tasks or 1)
+    for result in worker.run(task_id, max_tasks=limit, loop=loop):
+        if json_out:
+            console.write_json(result)
+        elif result.task is not None:
+            print(console.task_line(result.task))
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """First SIGINT/SIGTERM: stop at the next safe point. Second: exit at once."""
+
+    def handle(signum, _frame) -> None:
+        if stop.is_set():
+            os._exit(128 + signum)
+        stop.set()
+        console.log(
+            f"stopping at the next safe point ({signal.Signals(signum).name}); "
+            "send again to exit at once"
+        )
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+
+
+@app.command()
+def publish(
+    ctx: typer.Context,
+    document_id: Annotated[str, typer.Argument(help="Document id or unique prefix.")],
+    if_version: Annotated[
+        int | None,
+        typer.Option(
+            "--if-version", metavar="N", help="Only if the document is still at this version."
+        ),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Publish a reviewed document: search serves it from now on.
+
+    Example: kb publish 3f2a9c --if-version 4
+    """
+    from kb_cli.services import documents
+
+    record = documents.publish_document(_open(ctx), document_id, if_version)
+    console.print_records([record], json_out)
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="Words to look for.")],
+    limit: Annotated[int, typer.Option("--limit", metavar="K", min=1, help="Most hits.")] = 10,
+    json_out: JsonFlag = False,
+) -> None:
+    """Search published documents, best hit first.
+
+    Example: kb search "retention policy" --limit 5
+    """
+    from kb_cli.services import search as search_service
+
+    console.print_records(search_service.search(_open(ctx), query, limit), json_out)
+
+
+# --- the error boundary --------------------------------------------------------------
+
+
+def _report(code: str, message: str, exit_code: int, as_json: bool) -> int:
+    if as_json:
+        sys.stderr.write(json.dumps({"error": code, "message": message}) + "\n")
+    else:
+        sys.stderr.write(f"kb: error: {message}\n")
+    sys.stderr.flush()
+    return exit_code
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    debug = os.environ.get("KB_DEBUG") == "1"
+    try:
+        result = app(args=args, prog_name="kb", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except typer.Exit as done:
+        code = done.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        code = _report("interrupted", "interrupted", 130, as_json)
+    except typer.TyperException as error:  # the argument parser's usage errors
+        help_context = getattr(error, "ctx", None)
+        if type(error).__name__ == "NoArgsIsHelpError" and help_context is not None:
+            print(help_context.get_help())
+            code = 2
+        else:
+            message = " ".join(error.format_message().split())
+            code = _report("usage", message, 2, as_json)
+    except KbError as error:
+        if debug:
+            raise
+        code = _report(error.code, error.message, error.exit_code, as_json)
+    except Exception as error:
+        if debug:
+            raise
+        code = _report(
+            "internal_error",
+            f"unexpected {type(error).__name__}; run with KB_DEBUG=1 for details",
+            1,
+            as_json,
+        )
+    sys.exit(code)

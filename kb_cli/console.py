@@ -1,0 +1,398 @@
+"""Everything the user sees: JSON Lines, plain lines, or rich tables and live progress.
+
+Rich is used only when the stream is a terminal and neither CI=true nor NO_COLOR is
+set; otherwise output is plain lines with no escape codes, for scripts and logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from kb_cli.lifecycle import Stage
+from kb_cli.records import DocumentRecord, SearchHit, TaskRecord
+
+STAGES = list(Stage)
+PLAIN_PROGRESS_INTERVAL = 0.5
+
+
+def is_fancy(stream: TextIO) -> bool:
+    """True when rich colour and live progress are allowed on this stream."""
+    if os.environ.get("NO_COLOR") is not None or os.environ.get("CI", "").lower() == "true":
+        return False
+    if os.environ.get("TERM") == "dumb":
+        return False
+    return stream.isatty()
+
+
+def write_json(record: Any, stream: TextIO | None = None) -> None:
+    data = record.to_dict() if hasattr(record, "to_dict") else record
+    stream = stream or sys.stdout
+    stream.write(json.dumps(data, ensure_ascii=False) + "\n")
+    stream.flush()
+
+
+def log(message: str) -> None:
+    """A log line on stderr."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def short(identifier: str | None) -> str:
+    return identifier[:8] if identifier else "-"
+
+
+# --- plain lines ---------------------------------------------------------------------
+
+
+def task_line(task: TaskRecord) -> str:
+    parts = [
+        f"task {task.task_id}",
+        f"document={task.document_id}",
+        f"status={task.status}",
+        f"stage={task.stage}",
+        f"progress={task.completed}/{task.total}",
+        f"attempt={task.attempt}",
+    ]
+    if task.worker_id:
+        parts.append(f"worker={task.worker_id}")
+    if task.lease_expires_at and task.status == "running":
+        parts.append(f"lease_expires_at={task.lease_expires_at}")
+    if task.retry_at:
+        parts.append(f"retry_at={task.retry_at}")
+    if task.error_code:
+        parts.append(f"error={task.error_code}")
+        parts.append(f"detail={json.dumps(task.error_detail, ensure_ascii=False)}")
+    return " ".join(parts)
+
+
+def document_line(document: DocumentRecord) -> str:
+    parts = [
+        f"document {document.document_id}",
+        f"file={json.dumps(document.filename, ensure_ascii=False)}",
+        f"status={document.status}",
+        f"version={document.version}",
+        f"revision={document.revision}",
+        f"published_revision={document.published_revision or '-'}",
+        f"size={document.size_bytes}",
+    ]
+    task = document.latest_task
+    if task:
+        parts += [
+            f"task={task.task_id}",
+            f"task_status={task.status}",
+            f"stage={task.stage}",
+            f"progress={task.completed}/{task.total}",
+            f"attempt={task.attempt}",
+        ]
+        if task.error_code:
+            parts.append(f"error={task.error_code}")
+    return " ".join(parts)
+
+
+def print_records(records: Iterable[Any], as_json: bool) -> None:
+    """Print records as JSON Lines, or one readable line each."""
+    for record in records:
+        if as_json:
+            write_json(record)
+        elif isinstance(record, TaskRecord):
+            print(task_line(record))
+        elif isinstance(record, DocumentRecord):
+            print(document_line(record))
+        elif isinstance(record, SearchHit):
+            print(search_line(record))
+        else:
+            print(record)
+
+
+def search_line(hit: SearchHit) -> str:
+    place = f" page={hit.page}" if hit.page else ""
+    place += f" heading={json.dumps(hit.heading, ensure_ascii=False)}" if hit.heading else ""
+    text = " ".join(hit.text.split())
+    return (
+        f"{hit.score:.3f} {hit.filename} rev={hit.revision} chunk={hit.chunk_index}{place}\n"
+        f"    {text[:300]}"
+    )
+
+
+def print_document_table(records: list[DocumentRecord]) -> None:
+    """`kb status` without an id: a table on a terminal, plain lines otherwise."""
+    if not is_fancy(sys.stdout):
+        print_records(records, as_json=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(records)} documents, newest first", title_justify="left")
+    for column in (
+        "id",
+        "file",
+        "document",
+        "task",
+        "stage",
+        "progress",
+        "attempt",
+        "error",
+        "age",
+    ):
+        table.add_column(column, no_wrap=column in ("id", "progress"))
+    now = datetime.now(UTC)
+    for document in records:
+        task = document.latest_task
+        table.add_row(
+            short(document.document_id),
+            document.filename,
+            _styled(document.status),
+            _styled(task.status) if task else "-",
+            task.stage if task else "-",
+            f"{task.completed}/{task.total}" if task else "-",
+            str(task.attempt) if task else "-",
+            f"[red]{task.error_code}[/red]" if task and task.error_code else "",
+            _age(document.created_at, now),
+        )
+    Console().print(table)
+
+
+_STATUS_STYLE = {
+    "succeeded": "green",
+    "published": "bold green",
+    "review_pending": "cyan",
+    "running": "yellow",
+    "processing": "yellow",
+    "queued": "blue",
+    "retry_wait": "magenta",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "draft": "dim",
+}
+
+
+def _styled(status: str) -> str:
+    style = _STATUS_STYLE.get(status)
+    return f"[{style}]{status}[/{style}]" if style else status
+
+
+def _age(stamp: str, now: datetime) -> str:
+    seconds = now - datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    total = int(seconds.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if total >= size:
+            return f"{total // size}{unit}"
+    return f"{total}s"
+
+
+# --- worker and wait displays --------------------------------------------------------
+
+
+class PlainWorkerLog:
+    """The contract's log lines on stderr; stage lines throttled within a stage."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._last: tuple[str, int, int] | None = None
+        self._last_at = 0.0
+
+    def claimed(self, task: TaskRecord, reclaimed_from: str | None) -> None:
+        if reclaimed_from:
+            log(f"reclaimed task={task.task_id} from={reclaimed_from} worker={self.worker_id}")
+        log(
+            f"claimed task={task.task_id} worker={self.worker_id} status={task.status} "
+            f"attempt={task.attempt}"
+        )
+        self._last = None
+
+    def missed(self, task_id: str | None) -> None:
+        if task_id:
+            log(f"claim missed task={task_id} worker={self.worker_id}")
+        else:
+            log(f"no claimable task worker={self.worker_id}")
+
+    def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
+        now = time.monotonic()
+        new_stage = self._last is None or self._last[0] != stage
+        finished = total > 0 and done >= total
+        due = new_stage or finished or now - self._last_at >= PLAIN_PROGRESS_INTERVAL
+        if due and self._last != (stage, done, total):
+            log(f"stage={stage} {done}/{total}")
+            self._last, self._last_at = (stage, done, total), now
+
+    def finished(self, task: TaskRecord) -> None:
+        line = f"finished task={task.task_id} status={task.status} attempt={task.attempt}"
+        if task.error_code:
+            line += f" error={task.error_code} detail={json.dumps(task.error_detail)}"
+        log(line)
+
+    def released(self, task_id: str) -> None:
+        log(f"released task={task_id} worker={self.worker_id}")
+
+    def lost(self, task_id: str) -> None:
+        log(
+            f"claim lost task={task_id} worker={self.worker_id}: cancelled or reclaimed; "
+            "stopped without writing"
+        )
+
+    def gave_up(self, task_id: str, reason: str) -> None:
+        log(f"failed task={task_id} error=worker_lost detail={json.dumps(reason)}")
+
+
+class LiveStages:
+    """One rich progress bar per stage, for one task at a time, on stderr."""
+
+    def __init__(self, title: str) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.console = Console(stderr=True)
+        self.title = title
+        self.progress = Progress(
+            TextColumn("{task.fields[mark]} {task.description:<10}"),
+            BarColumn(bar_width=30),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[rate]}"),
+            console=self.console,
+        )
+        self.live = Live(
+            self.progress, console=self.console, refresh_per_second=10, transient=False
+        )
+        self.bars: dict[str, int] = {}
+        self.started: dict[str, float] = {}
+
+    def start(self, header: str) -> None:
+        self.console.print(header)
+        self.live.start()
+
+    def stop(self) -> None:
+        self.live.stop()
+
+    def reset(self) -> None:
+        for bar in self.bars.values():
+            self.progress.remove_task(bar)
+        self.bars.clear()
+        self.started.clear()
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        for earlier in STAGES[: STAGES.index(Stage(stage))]:
+            self._ensure(earlier)
+            bar = self.bars[earlier]
+            task = self.progress.tasks[[t.id for t in self.progress.tasks].index(bar)]
+            if not task.finished:
+                self.progress.update(
+                    bar, total=task.total or 1, completed=task.total or 1, mark="[green]✓[/green]"
+                )
+        self._ensure(stage)
+        elapsed = max(time.monotonic() - self.started[stage], 1e-6)
+        rate = f"{done / elapsed:,.0f}/s" if done else ""
+        finished = total > 0 and done >= total
+        self.progress.update(
+            self.bars[stage],
+            total=max(total, 1) if total else None,
+            completed=done,
+            rate=rate,
+            mark="[green]✓[/green]" if finished else "[yellow]…[/yellow]",
+        )
+
+    def _ensure(self, stage: str) -> None:
+        if stage not in self.bars:
+            self.bars[stage] = self.progress.add_task(stage, total=None, mark=" ", rate="")
+            self.started[stage] = time.monotonic()
+
+    def print(self, message: str) -> None:
+        self.console.print(message)
+
+
+class LiveWorkerDisplay(PlainWorkerLog):
+    """`kb work` on a terminal: the same events, drawn as live bars."""
+
+    def __init__(self, worker_id: str) -> None:
+        super().__init__(worker_id)
+        self.live: LiveStages | None = None
+
+    def claimed(self, task: TaskRecord, reclaimed_from: str | None) -> None:
+        self.live = LiveStages(task.task_id)
+        note = f" [magenta](reclaimed from {reclaimed_from})[/magenta]" if reclaimed_from else ""
+        self.live.start(
+            f"[bold]claimed[/bold] task [cyan]{short(task.task_id)}[/cyan] "
+            f"worker [cyan]{self.worker_id}[/cyan] attempt {task.attempt}{note}"
+        )
+
+    def missed(self, task_id: str | None) -> None:
+        from rich.console import Console
+
+        message = (
+            f"[yellow]claim missed[/yellow]: task {short(task_id)} was taken by "
+            "another worker or is not claimable"
+            if task_id
+            else "[dim]no claimable task[/dim]"
+        )
+        Console(stderr=True).print(message)
+
+    def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
+        if self.live:
+            self.live.update(stage, done, total)
+
+    def finished(self, task: TaskRecord) -> None:
+        if not self.live:
+            return
+        self.live.stop()
+        colour = {"succeeded": "green", "failed": "red"}.get(task.status, "yellow")
+        self.live.print(
+            f"[{colour}]{task.status}[/{colour}] task {short(task.task_id)} attempt {task.attempt}"
+        )
+        if task.error_code:
+            self.live.print(f"[red]{task.error_code}: {task.error_detail}[/red]")
+        self.live = None
+
+    def released(self, task_id: str) -> None:
+        self._after(f"[yellow]released[/yellow] task {short(task_id)}: back in the queue")
+
+    def lost(self, task_id: str) -> None:
+        self._after(
+            f"[yellow]claim lost[/yellow] task {short(task_id)}: cancelled or "
+            "reclaimed; stopped without writing"
+        )
+
+    def gave_up(self, task_id: str, reason: str) -> None:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[red]worker_lost[/red] task {short(task_id)}: {reason}")
+
+    def _after(self, message: str) -> None:
+        if self.live:
+            self.live.print(message)
+
+
+class LiveWait:
+    """`kb status --wait` on a terminal: the task's stages, read from the database."""
+
+    def __init__(self) -> None:
+        self.live: LiveStages | None = None
+        self.attempt: int | None = None
+
+    def __call__(self, task: TaskRecord) -> None:
+        if self.live is None:
+            self.live = LiveStages(task.task_id)
+            self.live.start(f"[bold]waiting[/bold] for task [cyan]{short(task.task_id)}[/cyan]")
+        if self.attempt is not None and task.attempt != self.attempt:
+            self.live.reset()
+        self.attempt = task.attempt
+        if task.status in ("running", "succeeded", "failed") and task.total:
+            self.live.update(task.stage, task.completed, task.total)
+        elif task.status == "running":
+            self.live.update(task.stage, task.completed, 0)
+
+    def close(self) -> None:
+        if self.live:
+            self.live.stop()

@@ -1,0 +1,61 @@
+"""Errors the tool reports to its user: each carries its exit code and stable code string."""
+
+
+class KbError(Exception):
+    """An expected failure, reported without a traceback."""
+
+    exit_code = 1
+    code = "internal_error"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or self.code).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class InternalError(KbError):
+    """An unexpected failure of the tool itself."""
+
+
+class UsageError(KbError):
+    """Bad options or arguments."""
+
+    exit_code = 2
+    code = "usage"
+
+
+class NotFoundError(KbError):
+    """No document or task with that id."""
+
+    exit_code = 3
+    code = "not_found"
+
+
+class ConflictError(KbError):
+    """The state machine forbids this transition now."""
+
+    exit_code = 4
+    code = "conflict"
+
+
+class ForbiddenError(KbError):
+    """The caller's role does not allow this command."""
+
+    exit_code = 5
+    code = "forbidden"
+
+
+class InvalidInputError(KbError):
+    """Unsupported, unreadable or oversized input."""
+
+    exit_code = 6
+    code = "invalid_input"
+
+
+class BusyError(KbError):
+    """The database stayed locked past the busy timeout; safe to run again."""
+
+    exit_code = 7
+    code = "busy"

@@ -1,0 +1,101 @@
+"""The two state machines as data: statuses, stages, error codes and legal transitions."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RETRY_WAIT = "retry_wait"
+
+
+class Stage(StrEnum):
+    DOWNLOAD = "download"
+    PARSE = "parse"
+    EMBEDDING = "embedding"
+    INDEXING = "indexing"
+    FINALIZING = "finalizing"
+
+
+class DocStatus(StrEnum):
+    DRAFT = "draft"
+    PROCESSING = "processing"
+    REVIEW_PENDING = "review_pending"
+    PUBLISHED = "published"
+    FAILED = "failed"
+
+
+class ErrorCode(StrEnum):
+    PARSE_ERROR = "parse_error"
+    OBJECT_READ_ERROR = "object_read_error"
+    EMPTY_DOCUMENT = "empty_document"
+    DOCUMENT_NOT_FOUND = "document_not_found"
+    INTERNAL_ERROR = "internal_error"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    WORKER_LOST = "worker_lost"
+
+
+# Worth another attempt after a pause: the cause may go away by itself.
+TRANSIENT_ERRORS = frozenset(
+    {ErrorCode.OBJECT_READ_ERROR, ErrorCode.PROVIDER_UNAVAILABLE, ErrorCode.WORKER_LOST}
+)
+
+ACTIVE_TASK_STATUSES = (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT)
+TERMINAL_TASK_STATUSES = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+# The document status that goes with each task status (contract section 4).
+DOC_STATUS_FOR_TASK = {
+    TaskStatus.QUEUED: DocStatus.PROCESSING,
+    TaskStatus.RUNNING: DocStatus.PROCESSING,
+    TaskStatus.RETRY_WAIT: DocStatus.PROCESSING,
+    TaskStatus.SUCCEEDED: DocStatus.REVIEW_PENDING,
+    TaskStatus.FAILED: DocStatus.FAILED,
+    TaskStatus.CANCELLED: DocStatus.DRAFT,
+}
+
+# Legal task transitions: (from, to). Anything else is a conflict.
+TASK_TRANSITIONS = frozenset(
+    {
+        (None, TaskStatus.QUEUED),  # submit
+        (TaskStatus.QUEUED, TaskStatus.RUNNING),  # claim
+        (TaskStatus.RETRY_WAIT, TaskStatus.RUNNING),  # claim after backoff
+        (TaskStatus.RUNNING, TaskStatus.RUNNING),  # reclaim after an expired lease
+        (TaskStatus.RUNNING, TaskStatus.SUCCEEDED),
+        (TaskStatus.RUNNING, TaskStatus.FAILED),
+        (TaskStatus.RUNNING, TaskStatus.RETRY_WAIT),
+        (TaskStatus.RUNNING, TaskStatus.QUEUED),  # graceful release on SIGINT/SIGTERM
+        (TaskStatus.QUEUED, TaskStatus.CANCELLED),
+        (TaskStatus.RUNNING, TaskStatus.CANCELLED),
+        (TaskStatus.RETRY_WAIT, TaskStatus.CANCELLED),
+        (TaskStatus.FAILED, TaskStatus.QUEUED),  # manual retry
+    }
+)
+
+# Statuses a command may start from.
+SUBMITTABLE = (DocStatus.DRAFT,)
+REPLACEABLE = (DocStatus.DRAFT, DocStatus.FAILED, DocStatus.PUBLISHED)
+PUBLISHABLE = (DocStatus.REVIEW_PENDING,)
+CANCELLABLE = ACTIVE_TASK_STATUSES
+RETRYABLE_TASK = (TaskStatus.FAILED,)
+RETRYABLE_DOC = (DocStatus.FAILED,)
+
+
+def is_legal_task_transition(old: TaskStatus | None, new: TaskStatus) -> bool:
+    return (old, new) in TASK_TRANSITIONS
+
+
+def is_legal_pair(task: TaskStatus | None, doc: DocStatus, has_published: bool) -> bool:
+    """True when a document status may stand beside its latest task's status."""
+    if task is None:
+        return doc is DocStatus.DRAFT
+    if DOC_STATUS_FOR_TASK[task] is doc:
+        return True
+    if task is TaskStatus.SUCCEEDED and doc is DocStatus.PUBLISHED:
+        return True
+    # A replaced published document is a draft again while its old task stays latest.
+    return task is TaskStatus.SUCCEEDED and doc is DocStatus.DRAFT and has_published

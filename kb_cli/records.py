@@ -1,0 +1,122 @@
+"""The records commands print (contract section 3), built from database rows."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    task_id: str
+    document_id: str
+    status: str
+    stage: str
+    completed: int
+    total: int
+    attempt: int
+    error_code: str | None
+    error_detail: str | None
+    worker_id: str | None
+    created_at: str
+    updated_at: str
+    revision: int
+    lease_expires_at: str | None
+    retry_at: str | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> TaskRecord:
+        return cls(
+            task_id=row.id,
+            document_id=row.document_id,
+            status=row.status,
+            stage=row.stage,
+            completed=row.completed,
+            total=row.total,
+            attempt=row.attempt,
+            error_code=row.error_code,
+            error_detail=row.error_detail,
+            worker_id=row.worker_id,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            revision=row.revision,
+            lease_expires_at=row.lease_expires_at,
+            retry_at=row.retry_at,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    document_id: str
+    filename: str
+    content_type: str
+    size_bytes: int
+    sha256: str
+    status: str
+    version: int
+    revision: int
+    published_revision: int | None
+    created_at: str
+    updated_at: str
+    latest_task: TaskRecord | None
+
+    @classmethod
+    def from_row(cls, row: Row, latest_task: Row | None) -> DocumentRecord:
+        return cls(
+            document_id=row.id,
+            filename=row.filename,
+            content_type=row.content_type,
+            size_bytes=row.size_bytes,
+            sha256=row.sha256,
+            status=row.status,
+            version=row.version,
+            revision=row.revision,
+            published_revision=row.published_revision,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            latest_task=TaskRecord.from_row(latest_task) if latest_task else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["latest_task"] = self.latest_task.to_dict() if self.latest_task else None
+        return data
+
+
+@dataclass(frozen=True)
+class WorkResult:
+    """One claim attempt of `kb work`: `task` is the final task record when claimed."""
+
+    claimed: bool
+    worker_id: str
+    task_id: str | None
+    task: TaskRecord | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "claimed": self.claimed,
+            "worker_id": self.worker_id,
+            "task_id": self.task_id,
+            "task": self.task.to_dict() if self.task else None,
+        }
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    document_id: str
+    filename: str
+    revision: int
+    chunk_index: int
+    score: float
+    text: str
+    page: int | None
+    heading: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,1 @@
+"""One function per verb. Each opens its own short transactions and returns records."""

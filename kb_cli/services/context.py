@@ -1,0 +1,62 @@
+"""What every service needs: settings, the database, the object store, the caller."""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from kb_cli import queries
+from kb_cli.config import Settings
+from kb_cli.db import Database
+from kb_cli.errors import InvalidInputError, NotFoundError
+from kb_cli.store import FileObjectStore
+
+
+@dataclass
+class Kb:
+    settings: Settings
+    db: Database
+    store: FileObjectStore
+    actor: str
+
+    @classmethod
+    def open(cls, settings: Settings, actor: str | None = None) -> Kb:
+        """Connect, creating the home directory and the schema on first use."""
+        if settings.database_url.startswith("sqlite"):
+            settings.home.mkdir(parents=True, exist_ok=True)
+        db = Database(settings.database_url, settings.busy_timeout_seconds)
+        db.ensure_schema()
+        return cls(settings, db, FileObjectStore(settings.object_store), actor or _login())
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "local"
+
+
+def resolve_id(conn: Connection, ref: str, *kinds: str) -> tuple[str, str]:
+    """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks")."""
+    matches = []
+    for kind in kinds:
+        getter = queries.get_document if kind == "documents" else queries.get_task
+        if getter(conn, ref) is not None:
+            return kind, ref
+        matches += [(kind, found) for found in queries.find_ids_by_prefix(conn, kind, ref)]
+    if len(matches) > 1:
+        raise InvalidInputError(f"id prefix {ref!r} is ambiguous; give more characters")
+    if not matches:
+        noun = " or ".join(kind.rstrip("s").replace("task", "task") for kind in kinds)
+        raise NotFoundError(f"no {noun} with id {ref!r}")
+    return matches[0]
+
+
+def resolve_document_id(conn: Connection, ref: str) -> str:
+    return resolve_id(conn, ref, "documents")[1]
+
+
+def resolve_task_id(conn: Connection, ref: str) -> str:
+    return resolve_id(conn, ref, "tasks")[1]

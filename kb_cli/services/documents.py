@@ -1,0 +1,273 @@
+"""Document verbs: upload, replace, submit, publish, and reading status."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection
+
+from kb_cli import queries
+from kb_cli.db import utcnow
+from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
+from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, DocStatus, Stage, TaskStatus
+from kb_cli.parsers import FileKind, kind_for_filename
+from kb_cli.records import DocumentRecord, TaskRecord
+from kb_cli.services.context import Kb, resolve_document_id
+from kb_cli.store import StoredObject
+from kb_cli.transitions import audit_event, move_document
+
+
+@dataclass(frozen=True)
+class _Upload:
+    path: Path
+    kind: FileKind
+
+
+def upload_files(kb: Kb, paths: list[Path], submit: bool = False) -> list:
+    """Store each file as a draft document (and submit it); all or nothing."""
+    if not paths:
+        raise UsageError("give at least one file to upload")
+    uploads = _check_files(paths, kb.settings.max_upload_bytes)
+    stored = _store_all(kb, uploads)
+    try:
+        with kb.db.write() as conn:
+            ids = [
+                _insert_document(conn, kb.actor, up, obj)
+                for up, obj in zip(uploads, stored, strict=True)
+            ]
+            if submit:
+                task_ids = [_submit(conn, kb.actor, document_id) for document_id in ids]
+                return [TaskRecord.from_row(queries.get_task(conn, t)) for t in task_ids]
+            return [document_record(conn, document_id) for document_id in ids]
+    except BaseException:
+        for obj in stored:
+            kb.store.delete(obj.key)
+        raise
+
+
+def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
+    """Give a draft, failed or published document a new source file and revision."""
+    [upload] = _check_files([path], kb.settings.max_upload_bytes)
+    with kb.db.read() as conn:
+        document_id = resolve_document_id(conn, document_ref)
+        _require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
+    [obj] = _store_all(kb, [upload])
+    try:
+        with kb.db.write() as conn:
+            document = queries.get_document(conn, document_id)
+            _require_status(document, REPLACEABLE, "replace")
+            # A published document goes back to draft; draft and failed keep their status
+            # so that `retry` reprocesses a failed document with its new file.
+            new_status = (
+                DocStatus.DRAFT if document.status == DocStatus.PUBLISHED else document.status
+            )
+            move_document(
+                conn,
+                document,
+                DocStatus(new_status),
+                actor=kb.actor,
+                action="replace",
+                detail=f"revision {document.revision + 1}",
+                filename=upload.path.name,
+                content_type=upload.kind.content_type,
+                size_bytes=obj.size_bytes,
+                sha256=obj.sha256,
+                object_key=obj.key,
+                revision=document.revision + 1,
+            )
+            record = document_record(conn, document_id)
+    except BaseException:
+        kb.store.delete(obj.key)
+        raise
+    # The old file is no longer needed: the published revision lives on as chunks.
+    kb.store.delete(document.object_key)
+    return record
+
+
+def submit_document(kb: Kb, document_ref: str) -> TaskRecord:
+    with kb.db.write() as conn:
+        document_id = resolve_document_id(conn, document_ref)
+        task_id = _submit(conn, kb.actor, document_id)
+        return TaskRecord.from_row(queries.get_task(conn, task_id))
+
+
+def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -> DocumentRecord:
+    """review_pending -> published: move the published revision pointer in one step."""
+    with kb.db.write() as conn:
+        document_id = resolve_document_id(conn, document_ref)
+        document = queries.get_document(conn, document_id)
+        _require_status(document, PUBLISHABLE, "publish")
+        if if_version is not None and if_version != document.version:
+            raise ConflictError(
+                f"document {document_id} is at version {document.version}, not {if_version}"
+            )
+        moved = move_document(
+            conn,
+            document,
+            DocStatus.PUBLISHED,
+            actor=kb.actor,
+            action="publish",
+            detail=f"revision {document.revision}",
+            if_version=if_version,
+            published_revision=document.revision,
+        )
+        if not moved:
+            raise ConflictError(f"document {document_id} changed meanwhile; read it and retry")
+        queries.delete_unpublished_chunks(conn, document_id, keep_revision=document.revision)
+        return document_record(conn, document_id)
+
+
+def document_record(conn: Connection, document_id: str) -> DocumentRecord:
+    document = queries.get_document(conn, document_id)
+    if document is None:
+        raise NotFoundError(f"no document with id {document_id!r}")
+    latest = queries.get_task(conn, document.latest_task_id) if document.latest_task_id else None
+    return DocumentRecord.from_row(document, latest)
+
+
+def list_document_records(
+    kb: Kb, status: str | None = None, error_code: str | None = None
+) -> list[DocumentRecord]:
+    with kb.db.read() as conn:
+        rows = queries.list_documents(conn, status, error_code)
+        latest = queries.get_tasks(conn, (row.latest_task_id for row in rows))
+    return [DocumentRecord.from_row(row, latest.get(row.latest_task_id)) for row in rows]
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def _check_files(paths: list[Path], max_bytes: int) -> list[_Upload]:
+    """Check every file before storing any: missing (usage) beats unsupported (input)."""
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"no such file: {path}")
+    uploads = []
+    for path in paths:
+        kind = kind_for_filename(path.name)
+        if kind is None:
+            raise InvalidInputError(
+                f"unsupported file type: {path.name} (supported: .pdf, .docx, .txt, .md)"
+            )
+        if path.stat().st_size > max_bytes:
+            raise InvalidInputError(f"file too large: {path.name} (limit {max_bytes} bytes)")
+        if not os.access(path, os.R_OK):
+            raise InvalidInputError(f"file is not readable: {path.name}")
+        uploads.append(_Upload(path, kind))
+    return uploads
+
+
+def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
+    stored: list[StoredObject] = []
+    try:
+        for upload in uploads:
+            try:
+                with open(upload.path, "rb") as source:
+                    stored.append(kb.store.put(source, kb.settings.max_upload_bytes))
+            except OSError as error:
+                raise InvalidInputError(
+                    f"cannot read {upload.path.name}: {error.strerror}"
+                ) from error
+    except BaseException:
+        for obj in stored:
+            kb.store.delete(obj.key)
+        raise
+    return stored
+
+
+def _insert_document(conn: Connection, actor: str, upload: _Upload, obj: StoredObject) -> str:
+    document_id = str(uuid.uuid4())
+    now = utcnow()
+    queries.insert_document(
+        conn,
+        id=document_id,
+        filename=upload.path.name,
+        content_type=upload.kind.content_type,
+        size_bytes=obj.size_bytes,
+        sha256=obj.sha256,
+        object_key=obj.key,
+        status=DocStatus.DRAFT,
+        version=1,
+        revision=1,
+        published_revision=None,
+        latest_task_id=None,
+        created_at=now,
+        updated_at=now,
+    )
+    queries.insert_audit_events(
+        conn,
+        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.path.name, now)],
+    )
+    return document_id
+
+
+def _submit(conn: Connection, actor: str, document_id: str) -> str:
+    """draft -> processing with a new queued task and its outbox event, in `conn`."""
+    document = queries.get_document(conn, document_id)
+    _require_status(document, (DocStatus.DRAFT,), "submit")
+    task_id = str(uuid.uuid4())
+    now = utcnow()
+    queries.insert_task(
+        conn,
+        id=task_id,
+        document_id=document_id,
+        revision=document.revision,
+        status=TaskStatus.QUEUED,
+        stage=Stage.DOWNLOAD,
+        completed=0,
+        total=0,
+        attempt=0,
+        created_at=now,
+        updated_at=now,
+    )
+    if not move_document(
+        conn,
+        document,
+        DocStatus.PROCESSING,
+        actor=actor,
+        action="submit",
+        detail=f"task {task_id}",
+        latest_task_id=task_id,
+        updated_at=now,
+    ):
+        raise ConflictError(f"document {document_id} changed meanwhile; try again")
+    queries.insert_audit_events(
+        conn,
+        [
+            audit_event(
+                actor,
+                "submit",
+                task_id,
+                None,
+                TaskStatus.QUEUED,
+                f"document {document_id} revision {document.revision}",
+                now,
+            )
+        ],
+    )
+    queries.insert_outbox_event(
+        conn,
+        "ingestion_task.queued",
+        task_id,
+        {"task_id": task_id, "document_id": document_id, "revision": document.revision},
+        now,
+    )
+    return task_id
+
+
+def _require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None:
+    if document is None:
+        raise NotFoundError("no document with that id")
+    if document.status not in allowed:
+        wanted = " or ".join(allowed)
+        raise ConflictError(
+            f"cannot {verb} document {document.id}: it is {document.status}, not {wanted}"
+        )
+
+
+def document_record_for(kb: Kb, document_ref: str) -> DocumentRecord:
+    with kb.db.read() as conn:
+        return document_record(conn, resolve_document_id(conn, document_ref))

@@ -1,0 +1,183 @@
+"""Task verbs: status, wait, cancel, retry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Connection
+
+from kb_cli import queries
+from kb_cli.db import utcnow
+from kb_cli.errors import BusyError, ConflictError
+from kb_cli.lifecycle import (
+    CANCELLABLE,
+    TERMINAL_TASK_STATUSES,
+    DocStatus,
+    Stage,
+    TaskStatus,
+)
+from kb_cli.records import DocumentRecord, TaskRecord
+from kb_cli.services.context import Kb, resolve_id, resolve_task_id
+from kb_cli.services.documents import document_record
+from kb_cli.transitions import move_document, move_task
+
+WAIT_POLL_SECONDS = 0.2
+
+
+def get_record(kb: Kb, ref: str) -> DocumentRecord | TaskRecord:
+    """The task record for a task id, the document record for a document id."""
+    with kb.db.read() as conn:
+        kind, entity_id = resolve_id(conn, ref, "tasks", "documents")
+        if kind == "tasks":
+            return TaskRecord.from_row(queries.get_task(conn, entity_id))
+        return document_record(conn, entity_id)
+
+
+def wait_for_task(
+    kb: Kb,
+    ref: str,
+    timeout: float | None = None,
+    on_change: Callable[[TaskRecord], None] | None = None,
+) -> TaskRecord:
+    """Poll the database until the task ends; every change is passed to `on_change`."""
+    with kb.db.read() as conn:
+        task_id = _task_id_for(conn, ref)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last = None
+    while True:
+        with kb.db.read() as conn:
+            record = TaskRecord.from_row(queries.get_task(conn, task_id))
+        if record != last and on_change is not None:
+            on_change(record)
+        last = record
+        if record.status in TERMINAL_TASK_STATUSES:
+            return record
+        if deadline is not None and time.monotonic() >= deadline:
+            raise WaitTimeout(record)
+        time.sleep(WAIT_POLL_SECONDS)
+
+
+class WaitTimeout(BusyError):
+    """The task did not end before the timeout; safe to wait again."""
+
+    def __init__(self, record: TaskRecord) -> None:
+        super().__init__(
+            f"timed out waiting for task {record.task_id}: still {record.status}; safe to run again"
+        )
+        self.record = record
+
+
+def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
+    """queued/running/retry_wait -> cancelled; the document goes back to draft."""
+    with kb.db.write() as conn:
+        task_id = resolve_task_id(conn, task_ref)
+        task = queries.get_task(conn, task_id)
+        if task.status not in CANCELLABLE:
+            raise ConflictError(f"cannot cancel task {task_id}: it is {task.status}")
+        now = utcnow()
+        move_task(
+            conn,
+            task,
+            TaskStatus.CANCELLED,
+            actor=kb.actor,
+            action="cancel",
+            lease_expires_at=None,
+            retry_at=None,
+            updated_at=now,
+        )
+        # Chunks a running worker already wrote go now, in this transaction; the worker
+        # also notices the cancel at its next check and writes nothing more.
+        queries.delete_task_chunks(conn, task_id)
+        document = queries.get_document(conn, task.document_id)
+        if document is not None and document.status == DocStatus.PROCESSING:
+            move_document(
+                conn,
+                document,
+                DocStatus.DRAFT,
+                actor=kb.actor,
+                action="cancel",
+                detail=f"task {task_id}",
+                updated_at=now,
+            )
+        return TaskRecord.from_row(queries.get_task(conn, task_id))
+
+
+def retry_task(kb: Kb, ref: str) -> TaskRecord:
+    """failed/failed -> queued/processing, on the same task row, attempt unchanged."""
+    with kb.db.write() as conn:
+        task_id = _task_id_for(conn, ref)
+        _requeue(conn, kb.actor, task_id)
+        return TaskRecord.from_row(queries.get_task(conn, task_id))
+
+
+def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
+    with kb.db.write() as conn:
+        records = []
+        for task_id in queries.failed_task_ids(conn, error_code):
+            try:
+                _requeue(conn, kb.actor, task_id)
+            except ConflictError:
+                continue  # e.g. an older failed task of a document that moved on
+            records.append(TaskRecord.from_row(queries.get_task(conn, task_id)))
+        return records
+
+
+def _task_id_for(conn: Connection, ref: str) -> str:
+    """A task id, or a document id standing for its latest task."""
+    kind, entity_id = resolve_id(conn, ref, "tasks", "documents")
+    if kind == "tasks":
+        return entity_id
+    document = queries.get_document(conn, entity_id)
+    if document.latest_task_id is None:
+        raise ConflictError(f"document {entity_id} has no task yet; submit it first")
+    return document.latest_task_id
+
+
+def _requeue(conn: Connection, actor: str, task_id: str) -> None:
+    task = queries.get_task(conn, task_id)
+    document = queries.get_document(conn, task.document_id)
+    if document is None:
+        raise ConflictError(f"cannot retry task {task_id}: its document no longer exists")
+    if task.status != TaskStatus.FAILED or document.status != DocStatus.FAILED:
+        raise ConflictError(
+            f"cannot retry task {task_id}: task is {task.status} and document is "
+            f"{document.status}; only failed tasks of failed documents can be retried"
+        )
+    if document.latest_task_id != task_id:
+        raise ConflictError(f"task {task_id} is not the latest task of its document")
+    now = utcnow()
+    move_task(
+        conn,
+        task,
+        TaskStatus.QUEUED,
+        actor=actor,
+        action="retry",
+        detail=f"was {task.error_code}",
+        stage=Stage.DOWNLOAD,
+        completed=0,
+        total=0,
+        error_code=None,
+        error_detail=None,
+        worker_id=None,
+        lease_expires_at=None,
+        retry_at=None,
+        revision=document.revision,
+        updated_at=now,
+    )
+    move_document(
+        conn,
+        document,
+        DocStatus.PROCESSING,
+        actor=actor,
+        action="retry",
+        detail=f"task {task_id}",
+        updated_at=now,
+    )
+    queries.insert_outbox_event(
+        conn,
+        "ingestion_task.queued",
+        task_id,
+        {"task_id": task_id, "document_id": document.id, "revision": document.revision},
+        now,
+    )

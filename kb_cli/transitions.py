@@ -1,0 +1,81 @@
+"""State changes with their audit events, written in the caller's transaction.
+
+Callers read the row inside the same write transaction first, so `from_status` is what
+the guarded UPDATE actually replaced; there is never a change without its event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from kb_cli import queries
+from kb_cli.db import utcnow
+from kb_cli.lifecycle import DocStatus, TaskStatus
+
+
+def audit_event(
+    actor: str,
+    action: str,
+    entity_id: str,
+    from_status: str | None = None,
+    to_status: str | None = None,
+    detail: str | None = None,
+    at: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "at": at or utcnow(),
+        "actor": actor,
+        "action": action,
+        "entity_id": entity_id,
+        "from_status": from_status,
+        "to_status": to_status,
+        "detail": (detail or None) and detail[:500],
+    }
+
+
+def move_task(
+    conn: Connection,
+    task: Any,
+    to: TaskStatus,
+    *,
+    actor: str,
+    action: str,
+    detail: str | None = None,
+    fence: tuple[str, int] | None = None,
+    **values: Any,
+) -> bool:
+    """Move a task from the status it was read with; False if it changed meanwhile."""
+    now = values.setdefault("updated_at", utcnow())
+    moved = queries.update_task(
+        conn, task.id, [TaskStatus(task.status)], fence=fence, status=to, **values
+    )
+    if moved:
+        queries.insert_audit_events(
+            conn, [audit_event(actor, action, task.id, task.status, to, detail, now)]
+        )
+    return moved
+
+
+def move_document(
+    conn: Connection,
+    document: Any,
+    to: DocStatus,
+    *,
+    actor: str,
+    action: str,
+    detail: str | None = None,
+    if_version: int | None = None,
+    **values: Any,
+) -> bool:
+    """Move a document from the status it was read with; bumps its version."""
+    now = values.setdefault("updated_at", utcnow())
+    moved = queries.update_document(
+        conn, document.id, [DocStatus(document.status)], if_version=if_version, status=to, **values
+    )
+    if moved:
+        queries.insert_audit_events(
+            conn, [audit_event(actor, action, document.id, document.status, to, detail, now)]
+        )
+    return moved

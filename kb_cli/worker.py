@@ -1,0 +1,572 @@
+"""The worker: claim a task, run its stages, finish it; fenced against every race.
+
+Each database write of a worker is conditioned on its claim (status running, its
+worker id, its attempt), so a worker whose task was cancelled or reclaimed writes
+nothing more. No transaction is open while the worker reads, parses or sleeps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import Connection, Row
+
+from kb_cli import queries
+from kb_cli.chunking import ChunkText, chunk_blocks
+from kb_cli.db import format_stamp, parse_stamp, utcnow
+from kb_cli.errors import BusyError, KbError
+from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
+from kb_cli.records import TaskRecord, WorkResult
+from kb_cli.services.context import Kb, resolve_task_id
+from kb_cli.transitions import move_document, move_task
+
+DETAIL_LIMIT = 500
+BACKOFF_CAP_SECONDS = 3600.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    worker_id: str
+    lease_seconds: float = 60.0
+    max_attempts: int = 3
+    stage_delay: float = 0.0
+    backoff_seconds: float = 5.0
+    # Progress is written at most this often, so a 500-page PDF is not 500 commits.
+    progress_interval: float = 0.25
+    poll_seconds: float = 1.0
+
+
+class WorkerListener(Protocol):
+    """What the worker tells its display. Every method is optional to act on."""
+
+    def claimed(self, task: TaskRecord, reclaimed_from: str | None) -> None: ...
+    def missed(self, task_id: str | None) -> None: ...
+    def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None: ...
+    def finished(self, task: TaskRecord) -> None: ...
+    def released(self, task_id: str) -> None: ...
+    def lost(self, task_id: str) -> None: ...
+    def gave_up(self, task_id: str, reason: str) -> None: ...
+
+
+class SilentListener:
+    def claimed(self, task, reclaimed_from):
+        pass
+
+    def missed(self, task_id):
+        pass
+
+    def progress(self, task_id, stage, done, total):
+        pass
+
+    def finished(self, task):
+        pass
+
+    def released(self, task_id):
+        pass
+
+    def lost(self, task_id):
+        pass
+
+    def gave_up(self, task_id, reason):
+        pass
+
+
+class _Interrupt(Exception):
+    """Control flow out of a running task; never reported as the task's error."""
+
+
+class StopRequested(_Interrupt):
+    """SIGINT/SIGTERM: release the task at this safe point."""
+
+
+class ClaimLost(_Interrupt):
+    """The task was cancelled or reclaimed: write nothing more."""
+
+
+class TaskFailure(Exception):
+    def __init__(self, code: ErrorCode, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def describe_error(error: BaseException) -> str:
+    """Type name and a short message: no traceback, SQL or filesystem path."""
+    message = " ".join(str(error).split())
+    message = _scrub_paths(message)
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text[:DETAIL_LIMIT]
+
+
+_PATH = re.compile(r"(?:(?<=^)|(?<=[\s'\"(=:]))(?:[A-Za-z]:)?[\\/][^\s'\"]*")
+
+
+def _scrub_paths(message: str) -> str:
+    return _PATH.sub("<path>", message)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    task: Row
+    document: Row | None
+
+    @property
+    def fence(self) -> tuple[str, int]:
+        return self.task.worker_id, self.task.attempt
+
+
+class Worker:
+    def __init__(
+        self,
+        kb: Kb,
+        options: WorkerOptions,
+        listener: WorkerListener | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.kb = kb
+        self.options = options
+        self.listener = listener or SilentListener()
+        self.stop = stop or threading.Event()
+
+    # --- the loop ----------------------------------------------------------------
+
+    def run(
+        self, task_ref: str | None = None, max_tasks: int | None = 1, loop: bool = False
+    ) -> Iterator[WorkResult]:
+        """Yield one result per claim attempt; stop when told, done, or out of work."""
+        if task_ref is not None:
+            yield self.run_once(task_ref)
+            return
+        done = 0
+        while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
+            result = self.run_once()
+            if result.claimed:
+                done += 1
+                yield result
+            elif loop:
+                self.stop.wait(self.options.poll_seconds)
+            else:
+                yield result
+                return
+
+    def run_once(self, task_ref: str | None = None) -> WorkResult:
+        worker_id = self.options.worker_id
+        claim = self._claim(task_ref)
+        if claim is None:
+            self.listener.missed(task_ref)
+            return WorkResult(False, worker_id, task_ref, None)
+        record = self._execute(claim)
+        return WorkResult(True, worker_id, claim.task.id, record)
+
+    # --- claiming ------------------------------------------------------------------
+
+    def _claim(self, task_ref: str | None) -> _Claim | None:
+        """Take the named or the oldest claimable task in one immediate transaction."""
+        reclaimed_from = None
+        with self.kb.db.write() as conn:
+            if task_ref is not None:
+                task_id = resolve_task_id(conn, task_ref)
+                task_ref = task_id
+            while True:
+                now = utcnow()
+                if task_ref is not None:
+                    task = queries.claimable_task(conn, task_ref, now)
+                else:
+                    task = queries.next_claimable_task(
+                        conn, now, skip_locked=not self.kb.db.is_sqlite
+                    )
+                if task is None:
+                    return None
+                if task.status == TaskStatus.RUNNING and task.attempt >= self.options.max_attempts:
+                    self._fail_lost_worker(conn, task)
+                    if task_ref is not None:
+                        return None
+                    continue
+                break
+            if task.status == TaskStatus.RUNNING:
+                reclaimed_from = task.worker_id
+                # Whatever the lost worker wrote belongs to a dead attempt.
+                queries.delete_task_chunks(conn, task.id)
+            moved = move_task(
+                conn,
+                task,
+                TaskStatus.RUNNING,
+                actor=self.options.worker_id,
+                action="reclaim" if reclaimed_from else "claim",
+                detail=(
+                    f"lease of {reclaimed_from} expired at {task.lease_expires_at}"
+                    if reclaimed_from
+                    else None
+                ),
+                worker_id=self.options.worker_id,
+                attempt=task.attempt + 1,
+                lease_expires_at=self._lease_from(now),
+                retry_at=None,
+                stage=Stage.DOWNLOAD,
+                completed=0,
+                total=0,
+                error_code=None,
+                error_detail=None,
+                updated_at=now,
+            )
+            if not moved:  # cannot happen under BEGIN IMMEDIATE / SKIP LOCKED; be safe
+                return None
+            claim = _Claim(
+                queries.get_task(conn, task.id), queries.get_document(conn, task.document_id)
+            )
+        self.listener.claimed(TaskRecord.from_row(claim.task), reclaimed_from)
+        return claim
+
+    def _fail_lost_worker(self, conn: Connection, task: Row) -> None:
+        detail = (
+            f"worker {task.worker_id} stopped heartbeating; "
+            f"{task.attempt} of {self.options.max_attempts} attempts used"
+        )
+        move_task(
+            conn,
+            task,
+            TaskStatus.FAILED,
+            actor=self.options.worker_id,
+            action="fail",
+            detail=detail,
+            error_code=ErrorCode.WORKER_LOST,
+            error_detail=detail,
+            lease_expires_at=None,
+        )
+        queries.delete_task_chunks(conn, task.id)
+        self._move_document_with(conn, task, DocStatus.FAILED, "fail")
+        self.listener.gave_up(task.id, detail)
+
+    def _lease_from(self, now: str) -> str:
+        return format_stamp(parse_stamp(now) + timedelta(seconds=self.options.lease_seconds))
+
+    # --- running -------------------------------------------------------------------
+
+    def _execute(self, claim: _Claim) -> TaskRecord:
+        run = _Run(self, claim)
+        heartbeat = _Heartbeat(run)
+        heartbeat.start()
+        try:
+            run.execute()
+        except ClaimLost:
+            self.listener.lost(claim.task.id)
+        except StopRequested:
+            run.release()
+        except TaskFailure as failure:
+            run.fail(failure.code, failure.detail)
+        except BusyError as error:
+            run.fail(
+                ErrorCode.INTERNAL_ERROR, describe_error(error.__cause__ or error), transient=True
+            )
+        except Exception as error:  # a bug or an unforeseen input: fail, do not hang
+            run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error))
+        finally:
+            heartbeat.stop()
+        with self.kb.db.read() as conn:
+            record = TaskRecord.from_row(queries.get_task(conn, claim.task.id))
+        self.listener.finished(record)
+        return record
+
+    def _move_document_with(self, conn: Connection, task: Row, to: DocStatus, action: str):
+        document = queries.get_document(conn, task.document_id)
+        if document is not None and document.status == DocStatus.PROCESSING:
+            move_document(
+                conn,
+                document,
+                to,
+                actor=self.options.worker_id,
+                action=action,
+                detail=f"task {task.id}",
+            )
+
+
+class _Run:
+    """One attempt at one task."""
+
+    def __init__(self, worker: Worker, claim: _Claim) -> None:
+        self.worker = worker
+        self.kb = worker.kb
+        self.options = worker.options
+        self.claim = claim
+        self.task_id = claim.task.id
+        self.lost = threading.Event()
+        self._last_write = time.monotonic()
+
+    # --- the stages ------------------------------------------------------------
+
+    def execute(self) -> None:
+        document = self.claim.document
+        if document is None:
+            raise TaskFailure(
+                ErrorCode.DOCUMENT_NOT_FOUND,
+                f"document {self.claim.task.document_id} does not exist",
+            )
+        path = self._download(document)
+        chunks = self._parse(path, document.content_type)
+        self._embed(chunks)
+        self._index(chunks)
+        self._finalize()
+
+    def _download(self, document: Row) -> Path:
+        """Stream the stored object and check it against the checksum taken at upload."""
+        total = document.size_bytes
+        self.report(Stage.DOWNLOAD, 0, total)
+        digest = hashlib.sha256()
+        done = 0
+        try:
+            for block in self.kb.store.read_blocks(document.object_key):
+                digest.update(block)
+                done += len(block)
+                self.report(Stage.DOWNLOAD, done, total)
+        except OSError as error:
+            raise TaskFailure(ErrorCode.OBJECT_READ_ERROR, describe_error(error)) from error
+        if digest.hexdigest() != document.sha256:
+            raise TaskFailure(
+                ErrorCode.OBJECT_READ_ERROR,
+                "ChecksumMismatch: the stored object does not match its sha256",
+            )
+        if total == 0:
+            self.report(Stage.DOWNLOAD, 0, 0)
+        return self.kb.store.local_path(document.object_key)
+
+    def _parse(self, path: Path, content_type: str) -> list[ChunkText]:
+        from kb_cli import parsers
+
+        self.report(Stage.PARSE, 0, 0)
+        try:
+            blocks = parsers.parse(
+                path, content_type, lambda done, total: self.report(Stage.PARSE, done, total)
+            )
+        except (_Interrupt, BusyError):
+            raise
+        except Exception as error:
+            raise TaskFailure(ErrorCode.PARSE_ERROR, describe_error(error)) from error
+        chunks = chunk_blocks(blocks)
+        if not chunks:
+            raise TaskFailure(
+                ErrorCode.EMPTY_DOCUMENT, "EmptyDocument: parsing found no indexable text"
+            )
+        return chunks
+
+    def _embed(self, chunks: list[ChunkText]) -> None:
+        """No embedding provider is configured: walk the chunks, store no vectors."""
+        total = len(chunks)
+        self.report(Stage.EMBEDDING, 0, total)
+        for done in range(1, total + 1):
+            self.report(Stage.EMBEDDING, done, total)
+
+    def _index(self, chunks: list[ChunkText]) -> None:
+        total = len(chunks)
+        self.report(Stage.INDEXING, 0, total)
+        rows = []
+        for chunk in chunks:
+            rows.append(
+                {
+                    "chunk_index": chunk.index,
+                    "text": chunk.text,
+                    "page": chunk.page,
+                    "heading": chunk.heading and chunk.heading[:500],
+                }
+            )
+            if len(rows) < total:
+                self.report(Stage.INDEXING, len(rows), total)
+        self.checkpoint()
+        task = self.claim.task
+        with self.kb.db.write() as conn:
+            # Ownership is checked inside the same transaction as the chunk write.
+            self._write_progress(conn, Stage.INDEXING, total, total)
+            queries.replace_chunks(conn, task.document_id, task.revision, task.id, rows)
+        self.worker.listener.progress(task.id, Stage.INDEXING, total, total)
+        self._pause()
+
+    def _finalize(self) -> None:
+        self.report(Stage.FINALIZING, 0, 1)
+        task = self.claim.task
+        with self.kb.db.write() as conn:
+            current = queries.get_task(conn, task.id)
+            moved = (
+                move_task(
+                    conn,
+                    current,
+                    TaskStatus.SUCCEEDED,
+                    actor=self.options.worker_id,
+                    action="complete",
+                    fence=self.claim.fence,
+                    stage=Stage.FINALIZING,
+                    completed=1,
+                    total=1,
+                    lease_expires_at=None,
+                )
+                if current.status == TaskStatus.RUNNING
+                else False
+            )
+            if not moved:
+                raise ClaimLost()
+            self.worker._move_document_with(conn, task, DocStatus.REVIEW_PENDING, "complete")
+        self.worker.listener.progress(task.id, Stage.FINALIZING, 1, 1)
+
+    # --- progress, pauses and safe points -----------------------------------------
+
+    def report(self, stage: Stage, done: int, total: int) -> None:
+        """A progress step: show it, write it now and then, pause, check for a stop."""
+        self.checkpoint()
+        self.worker.listener.progress(self.task_id, stage, done, total)
+        if time.monotonic() - self._last_write >= self.options.progress_interval:
+            with self.kb.db.write() as conn:
+                self._write_progress(conn, stage, done, total)
+        self._pause()
+
+    def _write_progress(self, conn: Connection, stage: Stage, done: int, total: int) -> None:
+        now = utcnow()
+        if not queries.update_task(
+            conn,
+            self.task_id,
+            [TaskStatus.RUNNING],
+            fence=self.claim.fence,
+            stage=stage,
+            completed=done,
+            total=total,
+            updated_at=now,
+            lease_expires_at=self.worker._lease_from(now),
+        ):
+            raise ClaimLost()
+        self._last_write = time.monotonic()
+
+    def _pause(self) -> None:
+        if self.options.stage_delay > 0:
+            self.worker.stop.wait(self.options.stage_delay)
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        if self.lost.is_set():
+            raise ClaimLost()
+        if self.worker.stop.is_set():
+            raise StopRequested()
+
+    def renew_lease(self) -> None:
+        now = utcnow()
+        with self.kb.db.write() as conn:
+            renewed = queries.update_task(
+                conn,
+                self.task_id,
+                [TaskStatus.RUNNING],
+                fence=self.claim.fence,
+                lease_expires_at=self.worker._lease_from(now),
+            )
+        if not renewed:
+            self.lost.set()
+
+    # --- endings other than success -----------------------------------------------
+
+    def fail(self, code: ErrorCode, detail: str, transient: bool | None = None) -> None:
+        """Fail the task, or park it in retry_wait when the cause may pass by itself."""
+        transient = code in TRANSIENT_ERRORS if transient is None else transient
+        attempt = self.claim.task.attempt
+        with self.kb.db.write() as conn:
+            current = queries.get_task(conn, self.task_id)
+            if transient and attempt < self.options.max_attempts:
+                retry_at = self._backoff(attempt)
+                moved = move_task(
+                    conn,
+                    current,
+                    TaskStatus.RETRY_WAIT,
+                    actor=self.options.worker_id,
+                    action="retry_wait",
+                    detail=f"{code} ({detail}); retry at {retry_at}",
+                    fence=self.claim.fence,
+                    error_code=code,
+                    error_detail=detail,
+                    retry_at=retry_at,
+                    lease_expires_at=None,
+                )
+            else:
+                moved = move_task(
+                    conn,
+                    current,
+                    TaskStatus.FAILED,
+                    actor=self.options.worker_id,
+                    action="fail",
+                    detail=f"{code}: {detail}",
+                    fence=self.claim.fence,
+                    error_code=code,
+                    error_detail=detail,
+                    lease_expires_at=None,
+                )
+                if moved:
+                    self.worker._move_document_with(conn, current, DocStatus.FAILED, "fail")
+            if moved:
+                queries.delete_task_chunks(conn, self.task_id)
+        if not moved:
+            self.worker.listener.lost(self.task_id)
+
+    def _backoff(self, attempt: int) -> str:
+        """Exponential with jitter, so a burst of failures does not return as a burst."""
+        delay = min(BACKOFF_CAP_SECONDS, self.options.backoff_seconds * 2 ** (attempt - 1))
+        delay *= random.uniform(0.5, 1.5)
+        return format_stamp(parse_stamp(utcnow()) + timedelta(seconds=delay))
+
+    def release(self) -> None:
+        """Graceful stop: back to queued (attempt kept), with no chunks left behind."""
+        with self.kb.db.write() as conn:
+            current = queries.get_task(conn, self.task_id)
+            moved = move_task(
+                conn,
+                current,
+                TaskStatus.QUEUED,
+                actor=self.options.worker_id,
+                action="release",
+                detail="worker stopped by a signal",
+                fence=self.claim.fence,
+                stage=Stage.DOWNLOAD,
+                completed=0,
+                total=0,
+                worker_id=None,
+                lease_expires_at=None,
+            )
+            if moved:
+                queries.delete_task_chunks(conn, self.task_id)
+        if moved:
+            self.worker.listener.released(self.task_id)
+        else:
+            self.worker.listener.lost(self.task_id)
+
+
+class _Heartbeat:
+    """Renews the lease in the background, so one long page cannot let it lapse."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        self.interval = run.options.lease_seconds / 3
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="kb-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                self.run.renew_lease()
+            except KbError:
+                continue  # try again at the next beat; the lease has slack for it
+            if self.run.lost.is_set():
+                return

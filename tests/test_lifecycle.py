@@ -1,0 +1,323 @@
+"""The two state machines through the service layer: every row of the contract's table
+and every illegal transition it names. Real SQLite files, real object directories."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from kb_cli import queries
+from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
+from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
+from kb_cli.models import audit, chunks, documents, outbox
+from kb_cli.services import documents as docs
+from kb_cli.services import tasks
+from kb_cli.worker import Worker, WorkerOptions
+from tests.docgen import make_pdf
+
+
+def write(tmp_path: Path, name: str, content: str | bytes = "Some text about retention.") -> Path:
+    path = tmp_path / name
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return path
+
+
+def work(kb, **options) -> list:
+    """Drain the queue in process; the results of the claims that happened."""
+    worker = Worker(kb, WorkerOptions(worker_id=options.pop("worker_id", "w1"), **options))
+    return [result for result in worker.run(max_tasks=None) if result.claimed]
+
+
+def count(kb, table, **where) -> int:
+    query = select(func.count()).select_from(table)
+    for column, value in where.items():
+        query = query.where(table.c[column] == value)
+    with kb.db.read() as conn:
+        return conn.execute(query).scalar_one()
+
+
+def pairs_are_legal(kb) -> None:
+    with kb.db.read() as conn:
+        for row in conn.execute(select(documents)):
+            task = queries.get_task(conn, row.latest_task_id) if row.latest_task_id else None
+            assert is_legal_pair(
+                TaskStatus(task.status) if task else None,
+                DocStatus(row.status),
+                row.published_revision is not None,
+            ), (row.status, task and task.status)
+
+
+def test_upload_creates_a_draft_and_stores_the_object(kb, tmp_path):
+    [record] = docs.upload_files(kb, [write(tmp_path, "a.txt")])
+    assert record.status == "draft" and record.version == 1 and record.revision == 1
+    assert record.latest_task is None and record.published_revision is None
+    assert record.content_type == "text/plain" and record.size_bytes == 26
+    assert len(list(kb.store.keys())) == 1
+
+
+def test_one_unsupported_file_stores_nothing(kb, tmp_path):
+    good, bad = write(tmp_path, "a.md"), write(tmp_path, "b.exe")
+    with pytest.raises(InvalidInputError):
+        docs.upload_files(kb, [good, bad])
+    assert count(kb, documents) == 0 and list(kb.store.keys()) == []
+
+
+def test_missing_file_is_a_usage_error(kb, tmp_path):
+    with pytest.raises(UsageError):
+        docs.upload_files(kb, [write(tmp_path, "a.txt"), tmp_path / "nope.pdf"])
+    assert count(kb, documents) == 0
+
+
+def test_oversized_file_is_invalid_input(kb, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    kb.settings = replace(kb.settings, max_upload_bytes=10)
+    with pytest.raises(InvalidInputError):
+        docs.upload_files(kb, [write(tmp_path, "a.txt", "x" * 11)])
+    assert count(kb, documents) == 0 and list(kb.store.keys()) == []
+
+
+def test_submit_queues_a_task_with_an_outbox_event(kb, tmp_path):
+    [doc] = docs.upload_files(kb, [write(tmp_path, "a.txt")])
+    task = docs.submit_document(kb, doc.document_id[:8])
+    assert (task.status, task.stage, task.completed, task.total, task.attempt) == (
+        "queued",
+        "download",
+        0,
+        0,
+        0,
+    )
+    assert task.worker_id is None and task.error_code is None
+    assert docs.document_record_for(kb, doc.document_id).status == "processing"
+    assert count(kb, outbox, entity_id=task.task_id) == 1
+    with pytest.raises(ConflictError):
+        docs.submit_document(kb, doc.document_id)
+    pairs_are_legal(kb)
+
+
+def test_ingestion_task_is_observable_and_cancellable(kb, tmp_path):
+    [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
+    seen = tasks.get_record(kb, task.task_id)
+    assert seen.status == "queued" and seen.stage == "download"
+    cancelled = tasks.cancel_task(kb, task.task_id)
+    assert cancelled.status == "cancelled"
+    assert docs.document_record_for(kb, task.document_id).status == "draft"
+    with pytest.raises(ConflictError):
+        tasks.cancel_task(kb, task.task_id)
+    assert work(kb) == []  # nothing claimable after a cancel
+    again = docs.submit_document(kb, task.document_id)  # a cancelled run may be resubmitted
+    assert again.task_id != task.task_id and again.status == "queued"
+    pairs_are_legal(kb)
+
+
+def test_cancel_of_a_running_task_stops_the_worker_and_leaves_no_chunks(kb, tmp_path):
+    text = "\n\n".join(f"Paragraph {i} " + "word " * 150 for i in range(12))
+    [task] = docs.upload_files(kb, [write(tmp_path, "long.txt", text)], submit=True)
+    worker = Worker(kb, WorkerOptions(worker_id="w1", stage_delay=0.05, progress_interval=0))
+    results = []
+    thread = threading.Thread(target=lambda: results.extend(worker.run()))
+    thread.start()
+    _wait_for(lambda: tasks.get_record(kb, task.task_id).stage == "embedding")
+    tasks.cancel_task(kb, task.task_id)
+    thread.join(10)
+    assert not thread.is_alive()
+    assert results[0].task.status == "cancelled"
+    assert count(kb, chunks) == 0
+    assert docs.document_record_for(kb, task.document_id).status == "draft"
+
+
+def test_cancel_between_writing_chunks_and_completing(kb, tmp_path):
+    """The cancel wins: completion is conditional and the written chunks go away."""
+    [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
+    worker = Worker(kb, WorkerOptions(worker_id="w1"))
+    original = worker.listener.progress
+
+    def cancel_after_indexing(task_id, stage, done, total):
+        original(task_id, stage, done, total)
+        if stage == "indexing" and done == total and total:
+            assert count(kb, chunks, task_id=task_id) > 0
+            tasks.cancel_task(kb, task_id)
+
+    worker.listener.progress = cancel_after_indexing
+    [result] = list(worker.run())
+    assert result.task.status == "cancelled"
+    assert count(kb, chunks) == 0
+    assert docs.document_record_for(kb, task.document_id).status == "draft"
+    pairs_are_legal(kb)
+
+
+def test_worker_runs_the_stages_and_moves_the_document_to_review(kb, tmp_path):
+    [task] = docs.upload_files(
+        kb, [write(tmp_path, "a.pdf", make_pdf(["One", "Two"]))], submit=True
+    )
+    stages = []
+    worker = Worker(kb, WorkerOptions(worker_id="w1"))
+    worker.listener.progress = lambda task_id, stage, done, total: stages.append(stage)
+    [result] = list(worker.run())
+    assert result.claimed and result.task.status == "succeeded"
+    assert result.task.attempt == 1 and result.task.worker_id == "w1"
+    assert list(dict.fromkeys(stages)) == [
+        "download",
+        "parse",
+        "embedding",
+        "indexing",
+        "finalizing",
+    ]
+    document = docs.document_record_for(kb, task.document_id)
+    assert document.status == "review_pending"
+    assert count(kb, chunks, document_id=task.document_id) >= 1
+    pairs_are_legal(kb)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "code"),
+    [
+        ("damaged.pdf", b"%PDF-1.4\n garbage", "parse_error"),
+        ("fake.docx", b"this is not a zip file", "parse_error"),
+        ("empty.txt", b"", "empty_document"),
+        ("blank.md", b"   \n\n  \n", "empty_document"),
+        ("blank.pdf", make_pdf([""]), "empty_document"),
+    ],
+)
+def test_permanent_failures_fail_at_once_with_their_code(kb, tmp_path, name, content, code):
+    [task] = docs.upload_files(kb, [write(tmp_path, name, content)], submit=True)
+    [result] = work(kb)
+    assert result.task.status == "failed" and result.task.error_code == code
+    assert result.task.attempt == 1
+    assert "/" not in (result.task.error_detail or "")
+    assert docs.document_record_for(kb, task.document_id).status == "failed"
+    assert count(kb, chunks) == 0
+    pairs_are_legal(kb)
+
+
+def test_missing_object_is_an_object_read_error(kb, tmp_path):
+    docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
+    for key in list(kb.store.keys()):
+        kb.store.delete(key)
+    [result] = work(kb, max_attempts=1)
+    assert result.task.error_code == "object_read_error"
+    assert result.task.stage == "download"
+
+
+def test_task_whose_document_vanished_fails_with_document_not_found(kb, tmp_path):
+    [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
+    with kb.db.write() as conn:  # what a person with the sqlite3 shell could do
+        conn.exec_driver_sql("DELETE FROM documents WHERE id = ?", (task.document_id,))
+    [result] = work(kb)
+    assert result.task.status == "failed" and result.task.error_code == "document_not_found"
+
+
+def test_failed_ingestion_can_be_requeued(kb, tmp_path):
+    [task] = docs.upload_files(kb, [write(tmp_path, "bad.pdf", b"%PDF-1.4 broken")], submit=True)
+    [failed] = work(kb)
+    assert failed.task.error_code == "parse_error"
+    docs.replace_file(kb, write(tmp_path, "good.pdf", make_pdf(["Fixed text"])), task.document_id)
+    assert docs.document_record_for(kb, task.document_id).status == "failed"
+    requeued = tasks.retry_task(kb, task.document_id[:10])
+    assert requeued.task_id == task.task_id
+    assert (requeued.status, requeued.stage, requeued.completed, requeued.total) == (
+        "queued",
+        "download",
+        0,
+        0,
+    )
+    assert requeued.attempt == 1 and requeued.error_code is None and requeued.worker_id is None
+    assert docs.document_record_for(kb, task.document_id).status == "processing"
+    [done] = work(kb)
+    assert done.task.status == "succeeded" and done.task.attempt == 2
+    document = docs.document_record_for(kb, task.document_id)
+    assert document.status == "review_pending" and document.revision == 2
+    with pytest.raises(ConflictError):
+        tasks.retry_task(kb, task.task_id)  # succeeded tasks cannot be retried
+
+
+def test_retry_all_failed_filters_by_error_code(kb, tmp_path):
+    docs.upload_files(
+        kb, [write(tmp_path, "a.pdf", b"%PDF broken"), write(tmp_path, "b.txt", b"")], submit=True
+    )
+    work(kb)
+    [parse] = tasks.retry_all_failed(kb, "parse_error")
+    assert parse.status == "queued"
+    [empty] = tasks.retry_all_failed(kb)
+    assert empty.status == "queued"
+    assert tasks.retry_all_failed(kb) == []
+
+
+def test_retry_refuses_a_draft_document_and_a_cancelled_task(kb, tmp_path):
+    [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
+    tasks.cancel_task(kb, task.task_id)
+    with pytest.raises(ConflictError):
+        tasks.retry_task(kb, task.task_id)
+    with pytest.raises(ConflictError):
+        tasks.retry_task(kb, task.document_id)
+
+
+def test_publish_needs_review_pending_and_the_right_version(kb, tmp_path):
+    [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
+    with pytest.raises(ConflictError):
+        docs.publish_document(kb, task.document_id)  # still processing
+    work(kb)
+    document = docs.document_record_for(kb, task.document_id)
+    with pytest.raises(ConflictError):
+        docs.publish_document(kb, task.document_id, if_version=document.version - 1)
+    published = docs.publish_document(kb, task.document_id, if_version=document.version)
+    assert published.status == "published" and published.published_revision == 1
+    assert published.version == document.version + 1
+    with pytest.raises(ConflictError):
+        docs.publish_document(kb, task.document_id)
+    pairs_are_legal(kb)
+
+
+def test_replace_rules_follow_the_document_status(kb, tmp_path):
+    [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
+    with pytest.raises(ConflictError):  # processing
+        docs.replace_file(kb, write(tmp_path, "b.txt"), task.document_id)
+    work(kb)
+    with pytest.raises(ConflictError):  # review_pending
+        docs.replace_file(kb, write(tmp_path, "b.txt"), task.document_id)
+    docs.publish_document(kb, task.document_id)
+    replaced = docs.replace_file(kb, write(tmp_path, "c.txt", "new words"), task.document_id)
+    assert replaced.status == "draft" and replaced.revision == 2
+    assert replaced.published_revision == 1 and replaced.filename == "c.txt"
+    assert replaced.latest_task.status == "succeeded"  # the legal extra pair
+    assert len(list(kb.store.keys())) == 1  # the replaced file is gone
+    pairs_are_legal(kb)
+
+
+def test_ids_resolve_by_unique_prefix_only(kb, tmp_path):
+    [doc] = docs.upload_files(kb, [write(tmp_path, "a.txt")])
+    assert tasks.get_record(kb, doc.document_id[:6]).document_id == doc.document_id
+    with pytest.raises(NotFoundError):
+        tasks.get_record(kb, doc.document_id[:5])
+    with pytest.raises(NotFoundError):
+        tasks.get_record(kb, "ffffffff-0000")
+    with kb.db.write() as conn:  # force two ids that share a prefix
+        conn.exec_driver_sql(
+            "UPDATE documents SET id = 'abcdef01-x' WHERE id = ?", (doc.document_id,)
+        )
+    docs.upload_files(kb, [write(tmp_path, "b.txt")])
+    with kb.db.write() as conn:
+        conn.exec_driver_sql("UPDATE documents SET id = 'abcdef02-y' WHERE id != 'abcdef01-x'")
+    with pytest.raises(InvalidInputError):
+        tasks.get_record(kb, "abcdef0")
+
+
+def test_every_state_change_is_audited(kb, tmp_path):
+    [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
+    work(kb)
+    docs.publish_document(kb, task.document_id)
+    with kb.db.read() as conn:
+        actions = [row.action for row in conn.execute(select(audit).order_by(audit.c.id))]
+    assert actions == ["upload", "submit", "submit", "claim", "complete", "complete", "publish"]
+
+
+def _wait_for(condition, timeout: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
