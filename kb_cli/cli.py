@@ -423,6 +423,41 @@ def search(
     console.print_records(search_service.search(_open(ctx), query, limit), json_out)
 
 
+@app.command()
+def doctor(
+    ctx: typer.Context,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair", help="Fix what is safe: orphan objects, stray chunks, dead workers' tasks."
+        ),
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Check the invariants; exit 4 when a problem remains.
+
+    Checks document/task status pairs, chunks only where allowed, no running task with
+    an expired lease, every referenced object present, no orphan objects.
+
+    Example: kb doctor --repair
+    """
+    from kb_cli.errors import ConflictError
+    from kb_cli.services import doctor as doctor_service
+
+    report = doctor_service.check(_open(ctx), repair=repair)
+    if json_out:
+        console.write_json(report)
+    else:
+        for fix in report.repaired:
+            print(f"repaired {fix.kind} {fix.id}: {fix.detail}")
+        for problem in report.problems:
+            print(f"problem {problem.kind} {problem.id}: {problem.detail}")
+        if report.ok:
+            print("ok: every invariant holds")
+    if not report.ok:
+        raise ConflictError(f"doctor found {len(report.problems)} problem(s)")
+
+
 # --- the error boundary --------------------------------------------------------------
 
 

@@ -212,6 +212,13 @@ def delete_unpublished_chunks(conn: Connection, document_id: str, keep_revision:
     return conn.execute(query).rowcount
 
 
+def delete_chunks_except(conn: Connection, document_id: str, keep: set[int]) -> int:
+    query = delete(chunks).where(chunks.c.document_id == document_id)
+    if keep:
+        query = query.where(chunks.c.revision.not_in(keep))
+    return conn.execute(query).rowcount
+
+
 def count_chunks(conn: Connection, document_id: str, revision: int | None = None) -> int:
     query = select(func.count()).select_from(chunks).where(chunks.c.document_id == document_id)
     if revision is not None:

@@ -38,7 +38,8 @@ class FileObjectStore:
         self.root = root
 
     def _path(self, key: str) -> Path:
-        return self.root / key[:2] / key
+        shard = key.lstrip(".")[:2]  # leftover temporary files are ".<key>.tmp"
+        return self.root / shard / key
 
     def put(self, source: BinaryIO, max_bytes: int) -> StoredObject:
         key = uuid.uuid4().hex
@@ -77,17 +78,22 @@ class FileObjectStore:
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
-    def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
-
     def keys(self) -> Iterator[str]:
+        for key, _modified in self.entries():
+            yield key
+
+    def entries(self) -> Iterator[tuple[str, float]]:
+        """(key, modification time) of every object, and of leftover temporary files."""
         if not self.root.is_dir():
             return
         for shard in self.root.iterdir():
             if shard.is_dir():
                 for entry in shard.iterdir():
-                    if entry.is_file() and not entry.name.startswith("."):
-                        yield entry.name
+                    if entry.is_file():
+                        yield entry.name, entry.stat().st_mtime
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
 
 def _fsync_dir(directory: Path) -> None:

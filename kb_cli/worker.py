@@ -306,6 +306,9 @@ class _Run:
         self.task_id = claim.task.id
         self.lost = threading.Event()
         self._last_write = time.monotonic()
+        self.position: tuple[Stage, int, int] = (Stage.DOWNLOAD, 0, 0)
+        # A stage delay exists so that others can watch: then every step is written.
+        self._write_interval = 0.0 if self.options.stage_delay else self.options.progress_interval
 
     # --- the stages ------------------------------------------------------------
 
@@ -425,8 +428,9 @@ class _Run:
     def report(self, stage: Stage, done: int, total: int) -> None:
         """A progress step: show it, write it now and then, pause, check for a stop."""
         self.checkpoint()
+        self.position = (stage, done, total)
         self.worker.listener.progress(self.task_id, stage, done, total)
-        if time.monotonic() - self._last_write >= self.options.progress_interval:
+        if time.monotonic() - self._last_write >= self._write_interval:
             with self.kb.db.write() as conn:
                 self._write_progress(conn, stage, done, total)
         self._pause()
@@ -477,6 +481,9 @@ class _Run:
         """Fail the task, or park it in retry_wait when the cause may pass by itself."""
         transient = code in TRANSIENT_ERRORS if transient is None else transient
         attempt = self.claim.task.attempt
+        # Progress writes are throttled: record the stage the failure happened in.
+        stage, done, total = self.position
+        where = {"stage": stage, "completed": done, "total": total}
         with self.kb.db.write() as conn:
             current = queries.get_task(conn, self.task_id)
             if transient and attempt < self.options.max_attempts:
@@ -493,6 +500,7 @@ class _Run:
                     error_detail=detail,
                     retry_at=retry_at,
                     lease_expires_at=None,
+                    **where,
                 )
             else:
                 moved = move_task(
@@ -506,6 +514,7 @@ class _Run:
                     error_code=code,
                     error_detail=detail,
                     lease_expires_at=None,
+                    **where,
                 )
                 if moved:
                     self.worker._move_document_with(conn, current, DocStatus.FAILED, "fail")

@@ -1,0 +1,202 @@
+"""`kb doctor`: check the invariants, and with `repair` fix what is safe to fix."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from sqlalchemy import Connection, select
+
+from kb_cli import queries
+from kb_cli.db import utcnow
+from kb_cli.lifecycle import DocStatus, Stage, TaskStatus, is_legal_pair
+from kb_cli.models import chunks, documents, tasks
+from kb_cli.services.context import Kb
+from kb_cli.transitions import move_task
+
+# An object younger than this may belong to an upload whose row is not committed yet.
+ORPHAN_GRACE_SECONDS = 600
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    id: str
+    detail: str
+
+
+@dataclass
+class DoctorReport:
+    problems: list[Problem] = field(default_factory=list)
+    repaired: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "problems": [asdict(problem) for problem in self.problems],
+            "repaired": [asdict(fix) for fix in self.repaired],
+        }
+
+
+def check(kb: Kb, repair: bool = False) -> DoctorReport:
+    """Find every broken invariant; with `repair`, fix the safe ones and say so."""
+    with kb.db.read() as conn:
+        found = [*_status_pairs(conn), *_stray_chunks(conn), *_expired_leases(conn)]
+        referenced = set(conn.execute(select(documents.c.object_key)).scalars())
+    found += _objects(kb, referenced)
+    report = DoctorReport()
+    for problem in found:
+        if repair and _repair(kb, problem):
+            report.repaired.append(problem)
+        else:
+            report.problems.append(problem)
+    return report
+
+
+def _status_pairs(conn: Connection) -> list[Problem]:
+    problems = []
+    latest = queries.get_tasks(conn, conn.execute(select(documents.c.latest_task_id)).scalars())
+    for document in conn.execute(select(documents)):
+        task = latest.get(document.latest_task_id)
+        task_status = TaskStatus(task.status) if task else None
+        if not is_legal_pair(
+            task_status, DocStatus(document.status), document.published_revision is not None
+        ):
+            problems.append(
+                Problem(
+                    "status_pair",
+                    document.id,
+                    f"document is {document.status} but its latest task is {task_status or 'none'}",
+                )
+            )
+    active = select(tasks.c.id, tasks.c.document_id).where(
+        tasks.c.status.in_([TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT])
+    )
+    for task in conn.execute(active):
+        document = queries.get_document(conn, task.document_id)
+        if document is not None and document.latest_task_id != task.id:
+            problems.append(
+                Problem("stale_task", task.id, "active task is not its document's latest task")
+            )
+    return problems
+
+
+def _stray_chunks(conn: Connection) -> list[Problem]:
+    """Chunks may exist for a published revision, or for the latest task's revision
+    while that task is running (between indexing and finalizing) or succeeded."""
+    query = (
+        select(
+            chunks.c.document_id,
+            chunks.c.revision,
+            chunks.c.task_id,
+            documents.c.published_revision,
+            documents.c.latest_task_id,
+            tasks.c.status.label("task_status"),
+            tasks.c.revision.label("task_revision"),
+        )
+        .distinct()
+        .select_from(chunks)
+        .outerjoin(documents, documents.c.id == chunks.c.document_id)
+        .outerjoin(tasks, tasks.c.id == chunks.c.task_id)
+    )
+    problems = []
+    for row in conn.execute(query):
+        if row.revision == row.published_revision:
+            continue
+        own_run = (
+            row.task_id == row.latest_task_id
+            and row.revision == row.task_revision
+            and row.task_status in (TaskStatus.RUNNING, TaskStatus.SUCCEEDED)
+        )
+        if not own_run:
+            problems.append(
+                Problem(
+                    "stray_chunks",
+                    row.document_id,
+                    f"chunks of revision {row.revision} from task {row.task_id} "
+                    f"({row.task_status or 'missing'}) are neither published nor in review",
+                )
+            )
+    return problems
+
+
+def _expired_leases(conn: Connection) -> list[Problem]:
+    query = select(tasks).where(
+        tasks.c.status == TaskStatus.RUNNING, tasks.c.lease_expires_at < utcnow()
+    )
+    return [
+        Problem(
+            "expired_lease",
+            task.id,
+            f"running under {task.worker_id}, whose lease expired at {task.lease_expires_at}",
+        )
+        for task in conn.execute(query)
+    ]
+
+
+def _objects(kb: Kb, referenced: set[str]) -> list[Problem]:
+    problems = [
+        Problem("missing_object", key, "a document refers to an object that is not in the store")
+        for key in sorted(referenced)
+        if not kb.store.exists(key)
+    ]
+    cutoff = time.time() - ORPHAN_GRACE_SECONDS
+    for key, modified in kb.store.entries():
+        if key not in referenced and modified < cutoff:
+            problems.append(Problem("orphan_object", key, "no document refers to this object"))
+    return problems
+
+
+def _repair(kb: Kb, problem: Problem) -> bool:
+    """Fix what cannot lose data: orphans, stray chunks, tasks of dead workers."""
+    if problem.kind == "orphan_object":
+        kb.store.delete(problem.id)
+        return True
+    if problem.kind == "stray_chunks":
+        return _delete_stray_chunks(kb, problem.id)
+    if problem.kind == "expired_lease":
+        return _requeue_abandoned(kb, problem.id)
+    return False
+
+
+def _delete_stray_chunks(kb: Kb, document_id: str) -> bool:
+    with kb.db.write() as conn:
+        stray = [p for p in _stray_chunks(conn) if p.id == document_id]
+        if stray:
+            document = queries.get_document(conn, document_id)
+            keep = {document.published_revision} if document else set()
+            if document and document.latest_task_id:
+                task = queries.get_task(conn, document.latest_task_id)
+                if task and task.status in (TaskStatus.RUNNING, TaskStatus.SUCCEEDED):
+                    keep.add(task.revision)
+            queries.delete_chunks_except(conn, document_id, keep)
+    return True
+
+
+def _requeue_abandoned(kb: Kb, task_id: str) -> bool:
+    """A running task whose worker is gone goes back to the queue, attempt kept."""
+    with kb.db.write() as conn:
+        task = queries.get_task(conn, task_id)
+        if task is None or task.status != TaskStatus.RUNNING or task.lease_expires_at >= utcnow():
+            return False
+        moved = move_task(
+            conn,
+            task,
+            TaskStatus.QUEUED,
+            actor="doctor",
+            action="release",
+            detail=f"lease of {task.worker_id} expired",
+            fence=(task.worker_id, task.attempt),
+            stage=Stage.DOWNLOAD,
+            completed=0,
+            total=0,
+            worker_id=None,
+            lease_expires_at=None,
+        )
+        if moved:
+            queries.delete_task_chunks(conn, task_id)
+        return moved

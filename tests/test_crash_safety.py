@@ -1,0 +1,249 @@
+"""Real worker processes under real signals: SIGKILL, SIGSTOP/SIGCONT, SIGINT, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from kb_cli.config import resolve_settings
+from kb_cli.services import doctor
+from kb_cli.services.context import Kb
+from tests.conftest import run_kb, start_kb
+
+STAGES = ["download", "parse", "embedding", "indexing", "finalizing"]
+
+
+def submit_text(tmp_path: Path, name: str = "doc.txt", paragraphs: int = 1) -> dict:
+    path = tmp_path / name
+    path.write_text("\n\n".join(f"Paragraph {i} " + "lorem ipsum " * 90 for i in range(paragraphs)))
+    return run_kb("upload", str(path), "--submit", "--json").record
+
+
+def task_row(kb_home: Path, task_id: str) -> dict:
+    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
+        conn.row_factory = sqlite3.Row
+        return dict(
+            conn.execute("SELECT * FROM ingestion_tasks WHERE id = ?", (task_id,)).fetchone()
+        )
+
+
+def chunk_count(kb_home: Path, task_id: str) -> int:
+    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
+        return conn.execute("SELECT count(*) FROM chunks WHERE task_id = ?", (task_id,)).fetchone()[
+            0
+        ]
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(interval)
+
+
+def wait_for_stage(kb_home: Path, task_id: str, stage: str) -> None:
+    wait_until(
+        lambda: (row := task_row(kb_home, task_id))["status"] == "running" and row["stage"] == stage
+    )
+
+
+def _matches(row: dict, wanted: dict) -> bool:
+    return all(row[key] == value for key, value in wanted.items())
+
+
+def doctor_is_clean() -> None:
+    report = doctor.check(Kb.open(resolve_settings()))
+    assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_killed_worker_is_reclaimed_after_its_lease(tmp_path, kb_home, stage):
+    task = submit_text(tmp_path)
+    victim = start_kb(
+        "work", "--worker-id", "victim", "--lease-seconds", "1", "--stage-delay", "0.15"
+    )
+    wait_for_stage(kb_home, task["task_id"], stage)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=10)
+    assert task_row(kb_home, task["task_id"])["status"] == "running"  # stuck, for now
+    wait_until(
+        lambda: (
+            task_row(kb_home, task["task_id"])["lease_expires_at"]
+            < time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        ),
+        interval=0.1,
+    )
+    rescuer = run_kb("work", "--worker-id", "rescuer", "--json")
+    assert rescuer.code == 0
+    assert (f"reclaimed task={task['task_id']} from=victim worker=rescuer") in rescuer.stderr
+    final = rescuer.record["task"]
+    assert final["status"] == "succeeded" and final["attempt"] == 2
+    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
+        indexes = [r[0] for r in conn.execute("SELECT chunk_index FROM chunks ORDER BY 1")]
+    assert indexes == list(range(len(indexes))) and indexes  # no duplicates
+    history = run_kb("status", task["task_id"], "--json").record
+    assert history["worker_id"] == "rescuer"
+    doctor_is_clean()
+
+
+def test_worker_lost_too_often_ends_failed(tmp_path, kb_home):
+    task = submit_text(tmp_path)
+    for attempt in (1, 2):
+        victim = start_kb(
+            "work", "--lease-seconds", "0.5", "--stage-delay", "0.15", "--max-attempts", "2"
+        )
+        running = {"status": "running", "attempt": attempt}
+        wait_until(lambda want=running: _matches(task_row(kb_home, task["task_id"]), want))
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate(timeout=10)
+        time.sleep(0.7)
+    final = run_kb("work", task["task_id"], "--max-attempts", "2", "--json")
+    assert final.code == 0 and final.record["claimed"] is False
+    row = task_row(kb_home, task["task_id"])
+    assert row["status"] == "failed" and row["error_code"] == "worker_lost"
+    assert run_kb("status", task["document_id"], "--json").record["status"] == "failed"
+    doctor_is_clean()
+
+
+def test_a_stopped_worker_whose_lease_was_stolen_writes_nothing(tmp_path, kb_home):
+    task = submit_text(tmp_path, paragraphs=6)
+    sleeper = start_kb(
+        "work", "--worker-id", "sleeper", "--lease-seconds", "1", "--stage-delay", "0.2", "--json"
+    )
+    wait_for_stage(kb_home, task["task_id"], "embedding")
+    sleeper.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(1.5)
+        thief = run_kb("work", "--worker-id", "thief", "--json")
+        assert thief.record["task"]["status"] == "succeeded"
+        before = task_row(kb_home, task["task_id"])
+        chunks_before = chunk_count(kb_home, task["task_id"])
+    finally:
+        sleeper.send_signal(signal.SIGCONT)
+    _, err = sleeper.communicate(timeout=30)
+    assert sleeper.returncode == 0, err
+    assert "claim lost" in err
+    assert task_row(kb_home, task["task_id"]) == before
+    assert chunk_count(kb_home, task["task_id"]) == chunks_before
+    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
+        late = conn.execute(
+            "SELECT count(*) FROM audit_events WHERE actor = 'sleeper' AND at > ?",
+            (before["updated_at"],),
+        ).fetchone()[0]
+    assert late == 0
+    doctor_is_clean()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("stage", STAGES)
+def test_signal_releases_the_task_cleanly(tmp_path, kb_home, stage, signum):
+    task = submit_text(tmp_path)
+    worker = start_kb("work", "--worker-id", "polite", "--stage-delay", "0.15")
+    wait_for_stage(kb_home, task["task_id"], stage)
+    worker.send_signal(signum)
+    _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert f"released task={task['task_id']}" in err
+    row = task_row(kb_home, task["task_id"])
+    assert row["status"] == "queued" and row["worker_id"] is None and row["attempt"] == 1
+    assert chunk_count(kb_home, task["task_id"]) == 0
+    assert run_kb("status", task["document_id"], "--json").record["status"] == "processing"
+    doctor_is_clean()
+    finished = run_kb("work", "--json").record["task"]
+    assert finished["status"] == "succeeded" and finished["attempt"] == 2
+
+
+def test_second_signal_exits_at_once(tmp_path, kb_home):
+    task = submit_text(tmp_path)
+    worker = start_kb("work", "--stage-delay", "5", "--lease-seconds", "30")
+    wait_for_stage(kb_home, task["task_id"], "download")
+    # Both signals are pending when the process resumes, so the second arrives before
+    # the worker reaches its next safe point.
+    worker.send_signal(signal.SIGSTOP)
+    worker.send_signal(signal.SIGINT)
+    worker.send_signal(signal.SIGTERM)
+    worker.send_signal(signal.SIGCONT)
+    worker.communicate(timeout=10)
+    assert worker.returncode == 128 + signal.SIGTERM
+    assert task_row(kb_home, task["task_id"])["status"] == "running"  # the lease will expire
+
+
+def test_transient_read_error_waits_then_succeeds(tmp_path, kb_home):
+    task = submit_text(tmp_path)
+    objects = [p for p in (kb_home / "objects").rglob("*") if p.is_file()]
+    [stored] = objects
+    hidden = stored.with_name("hidden")
+    os.rename(stored, hidden)
+    first = run_kb("work", "--json", "--backoff-seconds", "0.2")
+    waiting = first.record["task"]
+    assert waiting["status"] == "retry_wait" and waiting["error_code"] == "object_read_error"
+    assert waiting["retry_at"] and "/" not in waiting["error_detail"]
+    assert run_kb("status", task["document_id"], "--json").record["status"] == "processing"
+    os.rename(hidden, stored)
+    time.sleep(0.4)
+    second = run_kb("work", "--json").record["task"]
+    assert second["status"] == "succeeded" and second["attempt"] == 2
+    assert second["error_code"] is None and second["retry_at"] is None
+
+
+def test_damaged_pdf_fails_once_without_automatic_retry(tmp_path, kb_home):
+    path = tmp_path / "bad.pdf"
+    path.write_bytes(b"%PDF-1.4\nnot really")
+    task = run_kb("upload", str(path), "--submit", "--json").record
+    first = run_kb("work", "--json", "--backoff-seconds", "0").record["task"]
+    assert first["status"] == "failed" and first["error_code"] == "parse_error"
+    assert first["stage"] == "parse" and first["attempt"] == 1
+    again = run_kb("work", "--json").record
+    assert again["claimed"] is False
+    assert task_row(kb_home, task["task_id"])["attempt"] == 1
+
+
+def test_eight_workers_drain_three_hundred_documents_exactly_once(tmp_path, kb_home):
+    paths = []
+    for i in range(300):
+        path = tmp_path / f"d{i}.md"
+        path.write_text(f"# Note {i}\n\nBody of note {i}.\n")
+        paths.append(str(path))
+    submitted = run_kb("upload", *paths, "--submit", "--json").records
+    workers = [start_kb("work", "--drain", "--worker-id", f"w{i}", "--json") for i in range(8)]
+    outputs = [worker.communicate(timeout=300) for worker in workers]
+    claimed = []
+    for worker, (out, err) in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, err
+        assert "locked" not in err and "Traceback" not in err
+        claimed += [r["task_id"] for r in map(json.loads, out.splitlines()) if r["claimed"]]
+    assert sorted(claimed) == sorted(task["task_id"] for task in submitted)
+    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
+        rows = conn.execute("SELECT status, attempt, count(*) FROM ingestion_tasks GROUP BY 1, 2")
+        assert rows.fetchall() == [("succeeded", 1, 300)]
+    doctor_is_clean()
+
+
+def test_doctor_finds_and_repairs_what_is_safe(tmp_path, kb_home):
+    task = submit_text(tmp_path)
+    victim = start_kb("work", "--lease-seconds", "0.5", "--stage-delay", "0.15")
+    wait_for_stage(kb_home, task["task_id"], "parse")
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=10)
+    orphan = kb_home / "objects" / "ab" / "abandoned"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"left behind")
+    os.utime(orphan, (time.time() - 3600, time.time() - 3600))
+    time.sleep(0.6)
+    found = run_kb("doctor", "--json")
+    assert found.code == 4 and found.error["error"] == "conflict"
+    kinds = {p["kind"] for p in json.loads(found.stdout)["problems"]}
+    assert kinds == {"expired_lease", "orphan_object"}
+    repaired = run_kb("doctor", "--repair", "--json")
+    assert repaired.code == 0
+    report = json.loads(repaired.stdout)
+    assert report["ok"] is True and {p["kind"] for p in report["repaired"]} == kinds
+    assert not orphan.exists()
+    assert task_row(kb_home, task["task_id"])["status"] == "queued"
+    doctor_is_clean()

@@ -1,0 +1,106 @@
+"""Workers as real processes on one database file: races, drains, persistence."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+from tests.conftest import kb_env, run_kb, start_kb
+
+
+def upload(tmp_path, count: int, prefix: str = "doc") -> list[dict]:
+    paths = []
+    for i in range(count):
+        path = tmp_path / f"{prefix}{i}.txt"
+        path.write_text(f"Document {i} talks about topic{i} and the retention policy.\n")
+        paths.append(str(path))
+    result = run_kb("upload", *paths, "--submit", "--json")
+    assert result.code == 0, result.stderr
+    return result.records
+
+
+def test_only_one_worker_can_claim_a_queued_task(tmp_path):
+    [task] = upload(tmp_path, 1)
+    racers = [
+        start_kb("work", task["task_id"], "--worker-id", name, "--json", "--stage-delay", "0.05")
+        for name in ("A", "B", "C")
+    ]
+    outcomes = [racer.communicate(timeout=60) for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0, 0]
+    lines = [json.loads(out) for out, _ in outcomes]
+    winners = [line for line in lines if line["claimed"]]
+    assert len(winners) == 1
+    assert winners[0]["task"]["status"] == "succeeded" and winners[0]["task"]["attempt"] == 1
+    for line, (_, err) in zip(lines, outcomes, strict=True):
+        if line["claimed"]:
+            assert f"claimed task={task['task_id']} worker={line['worker_id']}" in err
+        else:
+            assert line["task"] is None
+            assert f"claim missed task={task['task_id']} worker={line['worker_id']}" in err
+    final = run_kb("status", task["task_id"], "--json").record
+    assert final["attempt"] == 1 and final["worker_id"] == winners[0]["worker_id"]
+
+
+def test_separate_worker_process_persists_chunks_the_cli_can_read(tmp_path, kb_home):
+    [task] = upload(tmp_path, 1)
+    worker = run_kb("work", "--json")
+    assert worker.code == 0 and worker.record["task"]["status"] == "succeeded"
+    document = run_kb("status", task["document_id"], "--json").record
+    assert document["status"] == "review_pending"
+    assert document["latest_task"]["task_id"] == task["task_id"]
+    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
+        [(count,)] = conn.execute(
+            "SELECT count(*) FROM chunks WHERE document_id = ?", (task["document_id"],)
+        )
+    assert count >= 1
+    assert run_kb("publish", task["document_id"], "--json").code == 0
+    hits = run_kb("search", "topic0", "--json").records
+    assert [hit["document_id"] for hit in hits] == [task["document_id"]]
+
+
+def test_four_drain_workers_process_fifty_documents_exactly_once(tmp_path):
+    tasks = upload(tmp_path, 50)
+    workers = [start_kb("work", "--drain", "--worker-id", f"w{i}", "--json") for i in range(4)]
+    outputs = [worker.communicate(timeout=120) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0, 0, 0]
+    claims = []
+    for out, err in outputs:
+        assert "database is locked" not in err and "Traceback" not in err
+        records = [json.loads(line) for line in out.splitlines()]
+        claims += [record["task_id"] for record in records if record["claimed"]]
+    assert sorted(claims) == sorted(task["task_id"] for task in tasks)
+    statuses = run_kb("status", "--json").records
+    assert {doc["status"] for doc in statuses} == {"review_pending"}
+    assert {doc["latest_task"]["attempt"] for doc in statuses} == {1}
+
+
+def test_cancel_from_another_process_stops_a_running_worker(tmp_path):
+    path = tmp_path / "long.txt"
+    path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(10)))
+    [task] = run_kb("upload", str(path), "--submit", "--json").records
+    worker = start_kb("work", "--stage-delay", "0.2", "--json")
+    deadline = time.monotonic() + 20
+    while run_kb("status", task["task_id"], "--json").record["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    cancelled = run_kb("cancel", task["task_id"][:8], "--json")
+    assert cancelled.code == 0 and cancelled.record["status"] == "cancelled"
+    out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert json.loads(out)["task"]["status"] == "cancelled"
+    document = run_kb("status", task["document_id"], "--json").record
+    assert document["status"] == "draft"
+
+
+def test_a_locked_database_is_busy_and_changes_nothing(tmp_path, kb_home):
+    [task] = upload(tmp_path, 1)
+    holder = sqlite3.connect(kb_home / "kb.sqlite3", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        result = run_kb("cancel", task["task_id"], "--json", env=kb_env(KB_BUSY_TIMEOUT="0.2"))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.code == 7 and result.error["error"] == "busy"
+    assert run_kb("status", task["task_id"], "--json").record["status"] == "queued"
