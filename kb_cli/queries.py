@@ -143,7 +143,11 @@ def update_task(
     )
     if fence is not None:
         worker_id, attempt = fence
-        query = query.where(tasks.c.worker_id == worker_id, tasks.c.attempt == attempt)
+        query = query.where(
+            tasks.c.status == TaskStatus.RUNNING,
+            tasks.c.worker_id == worker_id,
+            tasks.c.attempt == attempt,
+        )
     return conn.execute(query).rowcount == 1
 
 
