@@ -21,7 +21,9 @@ TARGET_CHARS = 1000
 OVERLAP_CHARS = 150
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
-_SENTENCE_END = re.compile(r"(?<=[.!?;。！？；])\s*")
+# Latin sentences end at punctuation followed by a space (so 3.14 and example.com stay
+# whole); CJK sentences end at full-width punctuation, space or not.
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*")
 _SPACES = re.compile(r"\s+")
 
 
@@ -48,22 +50,23 @@ def _pack_section(
     section: list[Block], heading: str | None, target: int, overlap: int
 ) -> Iterator[tuple[str, int | None, str | None]]:
     current: list[str] = []
-    size = 0
+    length = 0  # of "\n".join(current)
     page: int | None = None
     fresh = False  # whether `current` holds more than the overlap carried over
+    # One character less than the room after an overlap, for the joining newline.
     for block in section:
-        for paragraph in _paragraphs(block.text, target - overlap):
-            if fresh and size + len(paragraph) > target:
+        for paragraph in _paragraphs(block.text, target - overlap - 1):
+            if fresh and length + 1 + len(paragraph) > target:
                 text = _join(current)
                 yield text, page, heading
                 tail = _tail(text, overlap)
                 current = [tail] if tail else []
-                size = len(tail)
+                length = len(tail)
                 fresh = False
             if not fresh:
                 page = block.page
+            length += len(paragraph) + (1 if current else 0)
             current.append(paragraph)
-            size += len(paragraph) + 1
             fresh = True
     if fresh:
         yield _join(current), page, heading

@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import __version__, console
-from kb_cli.errors import KbError, UsageError
+from kb_cli.errors import ConflictError, KbError, UsageError
 
 app = typer.Typer(
     name="kb",
@@ -74,12 +74,31 @@ def main_options(
     ctx.obj = Globals(home, database_url, object_store)
 
 
-def _open(ctx: typer.Context):
+@dataclass
+class _Session:
+    """The command being run, so the error boundary can record a refusal."""
+
+    kb: object
+    command: str
+    target: str | None
+
+
+_session: _Session | None = None
+
+
+def _open(ctx: typer.Context, target: str | None = None, command: str | None = None):
+    """Connect, then check the caller's token against this command (section 8)."""
+    global _session
     from kb_cli.config import resolve_settings
+    from kb_cli.services import access
     from kb_cli.services.context import Kb
 
-    options: Globals = ctx.obj
-    return Kb.open(resolve_settings(options.home, options.database_url, options.object_store))
+    options: Globals = ctx.find_root().obj
+    kb = Kb.open(resolve_settings(options.home, options.database_url, options.object_store))
+    command = command or ctx.command.name
+    access.authorize(kb, command, target)
+    _session = _Session(kb, command, target)
+    return kb
 
 
 # --- commands ------------------------------------------------------------------------
@@ -113,7 +132,7 @@ def upload(
     """
     from kb_cli.services import documents
 
-    kb = _open(ctx)
+    kb = _open(ctx, replace)
     if replace is not None:
         if len(files) != 1 or submit:
             raise UsageError("--replace takes exactly one file and no --submit")
@@ -135,7 +154,9 @@ def submit(
     """
     from kb_cli.services import documents
 
-    console.print_records([documents.submit_document(_open(ctx), document_id)], json_out)
+    console.print_records(
+        [documents.submit_document(_open(ctx, document_id), document_id)], json_out
+    )
 
 
 @app.command()
@@ -193,7 +214,7 @@ def status(
         raise UsageError("--status and --error-code filter the list; give no id with them")
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
-    kb = _open(ctx)
+    kb = _open(ctx, entity_id)
     if not wait:
         console.print_records([tasks.get_record(kb, entity_id)], json_out)
         return
@@ -221,7 +242,7 @@ def cancel(
     """
     from kb_cli.services import tasks
 
-    console.print_records([tasks.cancel_task(_open(ctx), task_id)], json_out)
+    console.print_records([tasks.cancel_task(_open(ctx, task_id), task_id)], json_out)
 
 
 @app.command()
@@ -254,7 +275,7 @@ def retry(
         raise UsageError("give either an ID or --all-failed")
     if error_code and not all_failed:
         raise UsageError("--error-code only applies with --all-failed")
-    kb = _open(ctx)
+    kb = _open(ctx, entity_id)
     records = (
         tasks.retry_all_failed(kb, error_code) if all_failed else [tasks.retry_task(kb, entity_id)]
     )
@@ -360,7 +381,7 @@ def work(
     listener = (console.LiveWorkerDisplay if fancy else console.PlainWorkerLog)(options.worker_id)
     stop = threading.Event()
     _stop_on_signals(stop)
-    worker = Worker(_open(ctx), options, listener, stop)
+    worker = Worker(_open(ctx, task_id), options, listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
     for result in worker.run(task_id, max_tasks=limit, loop=loop):
         if json_out:
@@ -403,7 +424,7 @@ def publish(
     """
     from kb_cli.services import documents
 
-    record = documents.publish_document(_open(ctx), document_id, if_version)
+    record = documents.publish_document(_open(ctx, document_id), document_id, if_version)
     console.print_records([record], json_out)
 
 
@@ -441,7 +462,7 @@ def doctor(
 
     Example: kb doctor --repair
     """
-    from kb_cli.errors import ConflictError
+    from kb_cli.errors import ProblemsFound
     from kb_cli.services import doctor as doctor_service
 
     report = doctor_service.check(_open(ctx), repair=repair)
@@ -455,7 +476,57 @@ def doctor(
         if report.ok:
             print("ok: every invariant holds")
     if not report.ok:
-        raise ConflictError(f"doctor found {len(report.problems)} problem(s)")
+        raise ProblemsFound(f"doctor found {len(report.problems)} problem(s)")
+
+
+@app.command()
+def history(
+    ctx: typer.Context,
+    entity_id: Annotated[str, typer.Argument(metavar="ID", help="Document or task id.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """The audit trail of a document (with its tasks) or a task, oldest first.
+
+    Every state change, every publish and every refused command is an event.
+
+    Example: kb history 3f2a9c
+    """
+    from kb_cli.services.history import history as history_service
+
+    events = history_service(_open(ctx, entity_id), entity_id)
+    if json_out:
+        console.print_records(events, True)
+    else:
+        for event in events:
+            print(console.audit_line(event))
+
+
+user_app = typer.Typer(help="Manage users and their roles (admin only once an admin exists).")
+app.add_typer(user_app, name="user")
+
+
+@user_app.command("add")
+def user_add(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="User name.")],
+    role: Annotated[str, typer.Option("--role", help="viewer, editor, reviewer, worker or admin.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Create a user and print its token, once; only its hash is stored.
+
+    The first user must be an admin; from then on every command needs KB_TOKEN.
+
+    Example: kb user add alice --role admin
+    """
+    from kb_cli.services import access
+
+    new_user = access.add_user(_open(ctx, name, command="user"), name, role)
+    if json_out:
+        console.write_json(new_user)
+    else:
+        print(f"user {new_user.user} role={new_user.role}")
+        print(f"token {new_user.token}")
+        console.log("the token is shown only once: store it now (export KB_TOKEN=...)")
 
 
 # --- the error boundary --------------------------------------------------------------
@@ -492,6 +563,10 @@ def main(argv: list[str] | None = None) -> None:
     except KbError as error:
         if debug:
             raise
+        if isinstance(error, ConflictError) and error.is_refusal and _session is not None:
+            from kb_cli.services import access
+
+            access.record_refusal(_session.kb, _session.command, _session.target, error.message)
         code = _report(error.code, error.message, error.exit_code, as_json)
     except Exception as error:
         if debug:

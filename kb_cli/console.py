@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from kb_cli.lifecycle import Stage
-from kb_cli.records import DocumentRecord, SearchHit, TaskRecord
+from kb_cli.records import AuditRecord, DocumentRecord, SearchHit, TaskRecord
 
 STAGES = list(Stage)
 PLAIN_PROGRESS_INTERVAL = 0.5
@@ -113,11 +113,17 @@ def print_records(records: Iterable[Any], as_json: bool) -> None:
 def search_line(hit: SearchHit) -> str:
     place = f" page={hit.page}" if hit.page else ""
     place += f" heading={json.dumps(hit.heading, ensure_ascii=False)}" if hit.heading else ""
-    text = " ".join(hit.text.split())
+    snippet = " ".join(hit.snippet.split())
     return (
         f"{hit.score:.3f} {hit.filename} rev={hit.revision} chunk={hit.chunk_index}{place}\n"
-        f"    {text[:300]}"
+        f"    {snippet}"
     )
+
+
+def audit_line(event: AuditRecord) -> str:
+    change = f"{event.from_status or '-'} -> {event.to_status or '-'}"
+    detail = f" {json.dumps(event.detail, ensure_ascii=False)}" if event.detail else ""
+    return f"{event.at} {event.actor} {event.action} {event.entity_id} {change}{detail}"
 
 
 def print_document_table(records: list[DocumentRecord]) -> None:

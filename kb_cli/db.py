@@ -122,4 +122,26 @@ class Database:
         return 0
 
     def _create_extras(self, conn: Connection) -> None:
-        """Objects SQLAlchemy metadata cannot express (search index)."""
+        """The search index, kept in step with `chunks` by triggers in the same transaction."""
+        if self.is_sqlite:
+            for statement in SQLITE_SEARCH_SCHEMA:
+                conn.exec_driver_sql(statement)
+
+
+# Two FTS5 indexes over the chunk text: words (Porter-stemmed English, any language
+# with spaces) and trigrams (substrings, for Chinese and other unspaced scripts).
+SQLITE_SEARCH_SCHEMA = [
+    "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_words USING fts5(text, content='chunks', "
+    "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_trigrams USING fts5(text, content='chunks', "
+    "content_rowid='id', tokenize='trigram')",
+    """CREATE TRIGGER IF NOT EXISTS chunks_indexed AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_words(rowid, text) VALUES (new.id, new.text);
+        INSERT INTO chunks_trigrams(rowid, text) VALUES (new.id, new.text);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS chunks_unindexed AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_words(chunks_words, rowid, text) VALUES ('delete', old.id, old.text);
+        INSERT INTO chunks_trigrams(chunks_trigrams, rowid, text)
+            VALUES ('delete', old.id, old.text);
+    END""",
+]

@@ -38,6 +38,14 @@ class ConflictError(KbError):
 
     exit_code = 4
     code = "conflict"
+    # A refused command is an audit event (contract section 5, `history`).
+    is_refusal = True
+
+
+class ProblemsFound(ConflictError):
+    """`kb doctor` found broken invariants."""
+
+    is_refusal = False
 
 
 class ForbiddenError(KbError):

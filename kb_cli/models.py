@@ -100,7 +100,9 @@ class User(Base):
     __tablename__ = "users"
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
-    role: Mapped[str] = mapped_column(String(20))
+    role: Mapped[str] = mapped_column(String(20), index=True)
+    # Tokens are "kb_<token_id>_<secret>": the id finds the row, the secret is checked.
+    token_id: Mapped[str] = mapped_column(String(32), unique=True)
     token_salt: Mapped[str] = mapped_column(String(64))
     token_hash: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[str] = mapped_column(STAMP)

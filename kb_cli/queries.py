@@ -11,10 +11,10 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, delete, func, insert, or_, select, text, update
 
 from kb_cli.lifecycle import DocStatus, TaskStatus
-from kb_cli.models import audit, chunks, documents, outbox, tasks
+from kb_cli.models import audit, chunks, documents, outbox, tasks, users
 
 MIN_PREFIX = 6
 
@@ -42,8 +42,8 @@ def find_ids_by_prefix(conn: Connection, table_name: str, prefix: str) -> list[s
     table = documents if table_name == "documents" else tasks
     if len(prefix) < MIN_PREFIX:
         return []
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    query = select(table.c.id).where(table.c.id.like(f"{escaped}%", escape="\\")).limit(2)
+    query = select(table.c.id).where(table.c.id.like(f"{_escape_like(prefix)}%", escape="\\"))
+    query = query.limit(2)
     return list(conn.execute(query).scalars())
 
 
@@ -96,6 +96,32 @@ def insert_audit_events(conn: Connection, events: list[dict[str, Any]]) -> None:
 def list_audit_events(conn: Connection, entity_ids: Sequence[str]) -> Sequence[Row]:
     query = select(audit).where(audit.c.entity_id.in_(entity_ids)).order_by(audit.c.id)
     return conn.execute(query).all()
+
+
+def task_ids_of_document(conn: Connection, document_id: str) -> list[str]:
+    return list(
+        conn.execute(select(tasks.c.id).where(tasks.c.document_id == document_id)).scalars()
+    )
+
+
+# --- users ---------------------------------------------------------------------------
+
+
+def admin_exists(conn: Connection) -> bool:
+    query = select(users.c.name).where(users.c.role == "admin").limit(1)
+    return conn.execute(query).first() is not None
+
+
+def get_user(conn: Connection, name: str) -> Row | None:
+    return conn.execute(select(users).where(users.c.name == name)).first()
+
+
+def get_user_by_token_id(conn: Connection, token_id: str) -> Row | None:
+    return conn.execute(select(users).where(users.c.token_id == token_id)).first()
+
+
+def insert_user(conn: Connection, **values: Any) -> None:
+    conn.execute(insert(users).values(**values))
 
 
 # --- guarded updates -----------------------------------------------------------------
@@ -230,24 +256,58 @@ def count_chunks(conn: Connection, document_id: str, revision: int | None = None
     return conn.execute(query).scalar_one()
 
 
-def search_published_chunks(conn: Connection, words: list[str], limit: int) -> Sequence[Row]:
-    """Minimal search: chunks of published revisions containing every word."""
-    query = (
-        select(
-            chunks.c.document_id,
-            documents.c.filename,
-            chunks.c.revision,
-            chunks.c.chunk_index,
-            chunks.c.text,
-            chunks.c.page,
-            chunks.c.heading,
-        )
-        .join(documents, documents.c.id == chunks.c.document_id)
-        .where(chunks.c.revision == documents.c.published_revision)
-    )
-    for word in words:
-        escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        query = query.where(chunks.c.text.ilike(f"%{escaped}%", escape="\\"))
-    return conn.execute(
-        query.order_by(chunks.c.document_id, chunks.c.chunk_index).limit(limit)
-    ).all()
+def search_published_chunks(
+    conn: Connection,
+    words: list[str],
+    trigrams: list[str],
+    substrings: list[str],
+    limit: int,
+) -> Sequence[Row]:
+    """Chunks of published revisions matching every term, best first.
+
+    The first full-text index with terms drives the query and ranks it (BM25); the
+    other terms filter. Substrings too short for a trigram (one or two Chinese
+    characters) are matched with LIKE on the chunk text itself, since a trigram
+    index cannot find them.
+    """
+    params: dict[str, object] = {"limit": limit}
+    filters: list[str] = []
+    indexes = [("chunks_trigrams", trigrams), ("chunks_words", words)]
+    ranked = [(name, terms) for name, terms in indexes if terms]
+    for position, (name, terms) in enumerate(ranked):
+        params[name] = _fts_query(terms)
+        if position > 0:
+            filters.append(f"c.id IN (SELECT rowid FROM {name} WHERE {name} MATCH :{name})")
+    for i, substring in enumerate(substrings):
+        params[f"s{i}"] = substring
+        params[f"like{i}"] = "%" + _escape_like(substring) + "%"
+        filters.append(f"c.text LIKE :like{i} ESCAPE '\\'")
+    if ranked:
+        primary = ranked[0][0]
+        source = f"{primary} JOIN chunks AS c ON c.id = {primary}.rowid"
+        filters.insert(0, f"{primary} MATCH :{primary}")
+        score = f"-bm25({primary})"
+        snippet = f"snippet({primary}, 0, '[', ']', '…', 16)"
+    else:
+        source = "chunks AS c"
+        score = "(length(c.text) - length(replace(c.text, :s0, ''))) * 1.0 / length(:s0)"
+        snippet = "NULL"
+    sql = f"""
+        SELECT c.document_id, d.filename, c.revision, c.chunk_index, c.text, c.page,
+               c.heading, {score} AS score, {snippet} AS snippet
+        FROM {source}
+        JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
+        WHERE {" AND ".join(filters)}
+        ORDER BY score DESC, c.document_id, c.chunk_index
+        LIMIT :limit
+    """
+    return conn.execute(text(sql), params).all()
+
+
+def _fts_query(terms: list[str]) -> str:
+    """Every term as a quoted FTS5 string: operators in user input stay plain text."""
+    return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def _escape_like(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

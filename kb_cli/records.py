@@ -117,6 +117,27 @@ class SearchHit:
     text: str
     page: int | None
     heading: str | None
+    snippet: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    at: str
+    actor: str
+    action: str
+    entity_id: str
+    from_status: str | None
+    to_status: str | None
+    detail: str | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> AuditRecord:
+        return cls(
+            row.at, row.actor, row.action, row.entity_id, row.from_status, row.to_status, row.detail
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -10,11 +10,14 @@ from kb_cli.parsers import Block, ParseError, ProgressCallback
 
 def parse(path: Path, on_progress: ProgressCallback, *, markdown: bool = False) -> list[Block]:
     import docx
+    from docx.opc.exceptions import PackageNotFoundError
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
     try:
         document = docx.Document(str(path))
+    except PackageNotFoundError as error:
+        raise ParseError("not a valid DOCX file (not a zip package)") from error
     except (zipfile.BadZipFile, KeyError, ValueError) as error:
         raise ParseError(f"not a valid DOCX file: {error}") from error
     items = list(document.iter_inner_content())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kb_cli.parsers import Block, ProgressCallback
+from kb_cli.parsers import Block, ParseError, ProgressCallback
 
 # Tried in order. GB18030 is a superset of GBK and GB2312, the legacy encodings most
 # often met in Chinese text; latin-1 decodes any bytes, so the chain always ends.
@@ -25,7 +25,7 @@ def decode(data: bytes) -> str:
 def parse(path: Path, on_progress: ProgressCallback, *, markdown: bool = False) -> list[Block]:
     text = decode(path.read_bytes()).replace("\r\n", "\n").replace("\r", "\n")
     if "\x00" in text:
-        raise ValueError("binary content in a text file")
+        raise ParseError("binary content (NUL bytes) in a text file")
     blocks = _markdown_sections(text) if markdown else [Block(text)]
     on_progress(1, 1)
     return [block for block in blocks if block.text.strip()]

@@ -1,0 +1,131 @@
+"""Identity and roles (contract section 8): tokens, permissions, recorded refusals.
+
+Open mode until the first admin exists. Tokens look like `kb_<id>_<secret>`; only a
+salted SHA-256 of the secret is stored. The secret has 256 bits of entropy, so a slow
+KDF would add latency to every command without adding security.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from kb_cli import queries
+from kb_cli.db import utcnow
+from kb_cli.errors import BusyError, ConflictError, ForbiddenError, KbError, UsageError
+from kb_cli.services.context import Kb, resolve_id
+from kb_cli.transitions import audit_event
+
+VIEWER = frozenset({"status", "search", "history"})
+EDITOR = VIEWER | {"upload", "submit", "cancel", "retry"}
+REVIEWER = EDITOR | {"publish"}
+ROLE_COMMANDS: dict[str, frozenset[str] | None] = {
+    "viewer": VIEWER,
+    "editor": EDITOR,
+    "reviewer": REVIEWER,
+    "worker": frozenset({"status", "work"}),
+    "admin": None,  # everything
+}
+ROLES = tuple(ROLE_COMMANDS)
+
+
+def may(role: str, command: str) -> bool:
+    allowed = ROLE_COMMANDS.get(role, frozenset())
+    return allowed is None or command in allowed
+
+
+@dataclass(frozen=True)
+class NewUser:
+    user: str
+    role: str
+    token: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"user": self.user, "role": self.role, "token": self.token}
+
+
+def authorize(kb: Kb, command: str, target: str | None = None) -> None:
+    """Check KB_TOKEN against the command; a refusal is recorded, then raised."""
+    token = os.environ.get("KB_TOKEN", "")
+    with kb.db.read() as conn:
+        if not queries.admin_exists(conn):
+            return  # open mode: a single person on a laptop
+        user = _user_for_token(conn, token)
+    if user is not None and may(user.role, command):
+        kb.actor = user.name
+        return
+    if user is None:
+        reason = "KB_TOKEN is missing" if not token else "KB_TOKEN is not a valid token"
+    else:
+        reason = f"role {user.role} may not run {command}"
+    kb.actor = user.name if user else "anonymous"
+    record_refusal(kb, command, target, reason)
+    raise ForbiddenError(f"forbidden: {reason}")
+
+
+def add_user(kb: Kb, name: str, role: str) -> NewUser:
+    if role not in ROLE_COMMANDS:
+        raise UsageError(f"unknown role {role!r}; one of: {', '.join(ROLES)}")
+    if not name or len(name) > 100 or not name.isprintable() or name.strip() != name:
+        raise UsageError("a user name is 1 to 100 printable characters")
+    token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    salt = secrets.token_hex(16)
+    now = utcnow()
+    with kb.db.write() as conn:
+        if not queries.admin_exists(conn) and role != "admin":
+            raise ConflictError("the first user must be an admin (--role admin)")
+        if queries.get_user(conn, name) is not None:
+            raise ConflictError(f"user {name!r} already exists")
+        queries.insert_user(
+            conn,
+            name=name,
+            role=role,
+            token_id=token_id,
+            token_salt=salt,
+            token_hash=_hash(salt, secret),
+            created_at=now,
+        )
+        queries.insert_audit_events(
+            conn, [audit_event(kb.actor, "user_add", name, None, role, f"role {role}", now)]
+        )
+    return NewUser(name, role, f"kb_{token_id}_{secret}")
+
+
+def _user_for_token(conn: Connection, token: str):
+    prefix, _, rest = token.partition("_")
+    token_id, _, secret = rest.partition("_")
+    if prefix != "kb" or not token_id or not secret:
+        return None
+    user = queries.get_user_by_token_id(conn, token_id)
+    if user is None or not hmac.compare_digest(user.token_hash, _hash(user.token_salt, secret)):
+        return None
+    return user
+
+
+def _hash(salt: str, secret: str) -> str:
+    return hashlib.sha256(f"{salt}:{secret}".encode()).hexdigest()
+
+
+def record_refusal(kb: Kb, command: str, target: str | None, reason: str) -> None:
+    """Best effort: a refusal is reported even if the database is too busy to log it."""
+    try:
+        with kb.db.write() as conn:
+            entity = _entity_for(conn, target) or f"command:{command}"
+            event = audit_event(kb.actor, "refused", entity, detail=f"{command}: {reason}")
+            queries.insert_audit_events(conn, [event])
+    except BusyError:
+        pass
+
+
+def _entity_for(conn: Connection, target: str | None) -> str | None:
+    if not target:
+        return None
+    try:
+        return resolve_id(conn, target, "tasks", "documents")[1]
+    except KbError:
+        return target

@@ -1,0 +1,17 @@
+"""`kb history`: the audit trail of a document (with its tasks) or of a task."""
+
+from __future__ import annotations
+
+from kb_cli import queries
+from kb_cli.records import AuditRecord
+from kb_cli.services.context import Kb, resolve_id
+
+
+def history(kb: Kb, ref: str) -> list[AuditRecord]:
+    with kb.db.read() as conn:
+        kind, entity_id = resolve_id(conn, ref, "documents", "tasks")
+        ids = [entity_id]
+        if kind == "documents":
+            ids += queries.task_ids_of_document(conn, entity_id)
+        rows = queries.list_audit_events(conn, ids)
+    return [AuditRecord.from_row(row) for row in rows]
