@@ -28,6 +28,19 @@ STRIPPED = (
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Let the many `kb` subprocesses share compiled bytecode (in a temp dir, not the tree).
+
+    Purely a speed-up: with PYTHONDONTWRITEBYTECODE set, every subprocess would
+    recompile whatever has no .pyc yet.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def kb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in STRIPPED:
