@@ -529,6 +529,31 @@ def user_add(
         console.log("the token is shown only once: store it now (export KB_TOKEN=...)")
 
 
+@app.command()
+def demo(
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the temporary home to explore it afterwards.")
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Run the whole lifecycle on the bundled samples in a fresh temporary home.
+
+    Two worker processes race for every task, a damaged PDF fails and is retried after a
+    fix, one task is cancelled mid-run, the rest is published and searched. Your own
+    home and database are not touched.
+
+    Example: kb demo
+    """
+    from kb_cli.services.demo import run_demo
+
+    show = console.write_json if json_out else console.DemoLog()
+    outcomes = run_demo(show, keep=keep)
+    if json_out:
+        console.print_records(outcomes, True)
+    else:
+        console.print_demo_summary(outcomes)
+
+
 # --- the error boundary --------------------------------------------------------------
 
 

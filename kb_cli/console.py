@@ -402,3 +402,62 @@ class LiveWait:
     def close(self) -> None:
         if self.live:
             self.live.stop()
+
+
+# --- the demo ------------------------------------------------------------------------
+
+
+class DemoLog:
+    """Each demo step as one line: coloured on a terminal, plain otherwise."""
+
+    def __init__(self) -> None:
+        self.fancy = is_fancy(sys.stdout)
+        if self.fancy:
+            from rich.console import Console
+
+            self.console = Console()
+
+    def __call__(self, event: Any) -> None:
+        if not self.fancy:
+            print(f"{event.step}: {event.message}", flush=True)
+            return
+        from rich.markup import escape
+
+        style = {
+            "race": "cyan",
+            "cancel": "yellow",
+            "retry": "magenta",
+            "publish": "green",
+            "search": "blue",
+            "done": "bold green",
+        }.get(event.step, "white")
+        self.console.print(f"[{style}]{event.step:>8}[/{style}]  {escape(event.message)}")
+
+
+def print_demo_summary(outcomes: list[Any]) -> None:
+    if not is_fancy(sys.stdout):
+        print("summary:")
+        for o in outcomes:
+            print(
+                f"  {o.filename}: document={o.status} task={o.task_status} "
+                f"attempt={o.attempt} error={o.error_code or '-'} "
+                f"claimed_by={','.join(o.won_by) or '-'} outcome={'; '.join(o.notes)}"
+            )
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="kb demo: what happened", title_justify="left")
+    for column in ("file", "document", "task", "attempt", "error", "claimed by", "outcome"):
+        table.add_column(column)
+    for o in outcomes:
+        table.add_row(
+            o.filename,
+            _styled(o.status),
+            _styled(o.task_status),
+            str(o.attempt),
+            f"[red]{o.error_code}[/red]" if o.error_code else "",
+            ", ".join(o.won_by),
+            "; ".join(o.notes),
+        )
+    Console().print(table)

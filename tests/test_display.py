@@ -1,0 +1,203 @@
+"""What people see: live progress on a terminal, clean lines in pipes, the demo, help."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import kb_env, run_kb
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+STAGES = ("download", "parse", "embedding", "indexing", "finalizing")
+
+
+def terminal_env() -> dict[str, str]:
+    env = kb_env(TERM="xterm-256color", COLUMNS="110", LINES="40")
+    for name in ("CI", "NO_COLOR"):
+        env.pop(name, None)
+    return env
+
+
+def run_in_terminal(*args: str, timeout: float = 60) -> tuple[int, str]:
+    """Run `kb` with stdin, stdout and stderr on a pseudo-terminal; return the screen text."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kb_cli", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=terminal_env(),
+        close_fds=True,
+    )
+    os.close(follower)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif process.poll() is not None:
+            break
+    os.close(leader)
+    code = process.wait(timeout=10)
+    return code, b"".join(chunks).decode("utf-8", "replace")
+
+
+def submit(tmp_path, name: str = "a.md", text: str = "# Title\n\nSome words to index.\n"):
+    path = tmp_path / name
+    path.write_text(text)
+    return run_kb("upload", str(path), "--submit", "--json").record
+
+
+def test_work_on_a_terminal_shows_live_stage_bars(tmp_path):
+    task = submit(tmp_path)
+    code, screen = run_in_terminal("work", "--worker-id", "A", "--stage-delay", "0.05")
+    assert code == 0
+    assert "\x1b[" in screen  # rich drew it
+    text = ANSI.sub("", screen)
+    for stage in STAGES:
+        assert stage in text
+    assert "claimed" in text and task["task_id"][:8] in text and "attempt 1" in text
+    assert "1/1" in text and "succeeded" in text
+
+
+def test_work_failure_on_a_terminal_shows_the_error(tmp_path):
+    path = tmp_path / "bad.pdf"
+    path.write_bytes(b"%PDF-1.4 broken")
+    run_kb("upload", str(path), "--submit")
+    code, screen = run_in_terminal("work", "--worker-id", "A")
+    text = ANSI.sub("", screen)
+    assert code == 0 and "failed" in text and "parse_error" in text
+
+
+def test_work_in_a_pipe_prints_exactly_the_contract_lines(tmp_path):
+    task = submit(tmp_path)
+    result = run_kb("work", "--worker-id", "A")
+    assert result.code == 0
+    assert "\x1b" not in result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"claimed task={task['task_id']} worker=A status=running attempt=1"
+    progress = [line for line in lines if line.startswith("stage=")]
+    assert all(re.fullmatch(r"stage=[a-z]+ \d+/\d+", line) for line in progress)
+    stages_in_order = list(dict.fromkeys(line.split()[0][6:] for line in progress))
+    assert stages_in_order == list(STAGES)
+    assert "stage=finalizing 1/1" in progress
+
+
+@pytest.mark.parametrize("variable", [{"CI": "true"}, {"NO_COLOR": "1"}])
+def test_ci_or_no_color_means_plain_output_even_on_a_terminal(tmp_path, monkeypatch, variable):
+    submit(tmp_path)
+    for name, value in variable.items():
+        monkeypatch.setenv(name, value)
+    leader, follower = pty.openpty()
+    env = kb_env(**variable)
+    process = subprocess.run(
+        [sys.executable, "-m", "kb_cli", "work"],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        timeout=60,
+    )
+    os.close(follower)
+    output = b""
+    while select.select([leader], [], [], 0.2)[0]:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        output += data
+    os.close(leader)
+    assert process.returncode == 0
+    assert b"\x1b[" not in output and b"claimed task=" in output
+
+
+def test_status_wait_follows_another_process_live(tmp_path):
+    task = submit(tmp_path, text="# T\n\n" + "\n\n".join(f"para {i} " * 40 for i in range(6)))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "kb_cli", "work", "--stage-delay", "0.1"],
+        env=kb_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    code, screen = run_in_terminal("status", task["task_id"], "--wait", "--timeout", "60")
+    worker.wait(timeout=60)
+    text = ANSI.sub("", screen)
+    assert code == 0 and "waiting" in text and "embedding" in text and "succeeded" in text
+
+
+def test_status_table_on_a_terminal(tmp_path):
+    submit(tmp_path)
+    code, screen = run_in_terminal("status")
+    text = ANSI.sub("", screen)
+    assert code == 0
+    for header in ("id", "file", "document", "task", "stage", "progress", "attempt", "age"):
+        assert header in text
+    assert "a.md" in text and "processing" in text and "queued" in text
+
+
+def test_demo_runs_to_the_end_without_a_terminal():
+    result = run_kb("demo", timeout=120)
+    assert result.code == 0, result.stderr
+    assert "\x1b" not in result.stdout
+    summary = result.stdout.split("summary:")[1]
+    for outcome in (
+        "succeeded",
+        "failed with parse_error",
+        "replaced and retried",
+        "cancelled mid-run",
+        "published",
+        "found by search",
+    ):
+        assert outcome in summary, outcome
+    assert "won the claim" in result.stdout and "missed" in result.stdout
+    assert "search '入库'" in result.stdout
+
+
+def test_demo_json_is_json_lines_with_a_summary():
+    result = run_kb("demo", "--json", timeout=120)
+    assert result.code == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    summary = [record for record in records if record["step"] == "summary"]
+    assert {row["filename"] for row in summary} >= {"damaged.pdf", "faq.txt"}
+    races = [record for record in records if record["step"] == "race"]
+    assert all(record["winner"] != record["loser"] for record in races)
+
+
+COMMANDS = [
+    "upload",
+    "submit",
+    "status",
+    "cancel",
+    "retry",
+    "work",
+    "publish",
+    "search",
+    "history",
+    "doctor",
+    "demo",
+    "user add",
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example(command):
+    result = run_kb(*command.split(), "--help")
+    assert result.code == 0
+    assert "Example" in result.stdout and "Usage" in result.stdout
