@@ -20,6 +20,13 @@ TXT = KINDS[".txt"].content_type
 MD = KINDS[".md"].content_type
 
 
+@pytest.fixture(autouse=True, params=["pypdf", "pdfium"])
+def pdf_backend(request, monkeypatch):
+    """Every parser test runs against both PDF backends."""
+    monkeypatch.setenv("KB_PDF_BACKEND", request.param)
+    return request.param
+
+
 class Progress:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
