@@ -11,7 +11,19 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, delete, func, insert, or_, select, text, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 
 from kb_cli.lifecycle import DocStatus, TaskStatus
 from kb_cli.models import audit, chunks, documents, outbox, tasks, users
@@ -22,12 +34,18 @@ MIN_PREFIX = 6
 # --- lookups -------------------------------------------------------------------------
 
 
+# The hot-path statements are built once: SQLAlchemy then reuses their cache keys and
+# compiled forms, which takes most of its per-statement overhead off every task.
+_GET_DOCUMENT = select(documents).where(documents.c.id == bindparam("_id"))
+_GET_TASK = select(tasks).where(tasks.c.id == bindparam("_id"))
+
+
 def get_document(conn: Connection, document_id: str) -> Row | None:
-    return conn.execute(select(documents).where(documents.c.id == document_id)).first()
+    return conn.execute(_GET_DOCUMENT, {"_id": document_id}).first()
 
 
 def get_task(conn: Connection, task_id: str) -> Row | None:
-    return conn.execute(select(tasks).where(tasks.c.id == task_id)).first()
+    return conn.execute(_GET_TASK, {"_id": task_id}).first()
 
 
 def get_tasks(conn: Connection, task_ids: Iterable[str]) -> dict[str, Row]:
@@ -88,9 +106,12 @@ def insert_outbox_event(
     )
 
 
+_INSERT_AUDIT = insert(audit)
+
+
 def insert_audit_events(conn: Connection, events: list[dict[str, Any]]) -> None:
     if events:
-        conn.execute(insert(audit), events)
+        conn.execute(_INSERT_AUDIT, events)
 
 
 def list_audit_events(conn: Connection, entity_ids: Sequence[str]) -> Sequence[Row]:
@@ -127,6 +148,23 @@ def insert_user(conn: Connection, **values: Any) -> None:
 # --- guarded updates -----------------------------------------------------------------
 
 
+_FROM_STATUSES = bindparam("_from", expanding=True)
+_UPDATE_DOCUMENT = (
+    update(documents)
+    .where(documents.c.id == bindparam("_id"), documents.c.status.in_(_FROM_STATUSES))
+    .values(version=documents.c.version + 1)
+)
+_UPDATE_DOCUMENT_AT_VERSION = _UPDATE_DOCUMENT.where(documents.c.version == bindparam("_version"))
+_UPDATE_TASK = update(tasks).where(
+    tasks.c.id == bindparam("_id"), tasks.c.status.in_(_FROM_STATUSES)
+)
+_UPDATE_TASK_FENCED = _UPDATE_TASK.where(
+    tasks.c.status == TaskStatus.RUNNING,
+    tasks.c.worker_id == bindparam("_worker"),
+    tasks.c.attempt == bindparam("_attempt"),
+)
+
+
 def update_document(
     conn: Connection,
     document_id: str,
@@ -135,16 +173,15 @@ def update_document(
     if_version: int | None = None,
     **values: Any,
 ) -> bool:
-    """Change a document row if its status (and version) still match; bumps `version`."""
-    query = (
-        update(documents)
-        .where(documents.c.id == document_id)
-        .where(documents.c.status.in_([str(status) for status in from_statuses]))
-        .values(version=documents.c.version + 1, **values)
-    )
+    """Change a document row if its status (and version) still match; bumps `version`.
+
+    The keyword arguments become the SET clause.
+    """
+    params = {"_id": document_id, "_from": [str(status) for status in from_statuses], **values}
+    statement = _UPDATE_DOCUMENT
     if if_version is not None:
-        query = query.where(documents.c.version == if_version)
-    return conn.execute(query).rowcount == 1
+        statement, params["_version"] = _UPDATE_DOCUMENT_AT_VERSION, if_version
+    return conn.execute(statement, params).rowcount == 1
 
 
 def update_task(
@@ -159,51 +196,39 @@ def update_task(
 
     `fence` is (worker_id, attempt): a worker's write lands only while the task is
     still running under that exact claim, so a worker whose task was cancelled or
-    reclaimed can never write over the newer state.
+    reclaimed can never write over the newer state. The keyword arguments become the
+    SET clause.
     """
-    query = (
-        update(tasks)
-        .where(tasks.c.id == task_id)
-        .where(tasks.c.status.in_([str(status) for status in from_statuses]))
-        .values(**values)
-    )
+    params = {"_id": task_id, "_from": [str(status) for status in from_statuses], **values}
+    statement = _UPDATE_TASK
     if fence is not None:
-        worker_id, attempt = fence
-        query = query.where(
-            tasks.c.status == TaskStatus.RUNNING,
-            tasks.c.worker_id == worker_id,
-            tasks.c.attempt == attempt,
-        )
-    return conn.execute(query).rowcount == 1
+        statement = _UPDATE_TASK_FENCED
+        params["_worker"], params["_attempt"] = fence
+    return conn.execute(statement, params).rowcount == 1
 
 
 # --- claiming ------------------------------------------------------------------------
 
 
-def claimable_condition(now: str):
-    """Queued, due for a retry, or running under a lease that has run out."""
-    return or_(
-        tasks.c.status == TaskStatus.QUEUED,
-        and_(tasks.c.status == TaskStatus.RETRY_WAIT, tasks.c.retry_at <= now),
-        and_(tasks.c.status == TaskStatus.RUNNING, tasks.c.lease_expires_at < now),
-    )
+# Queued, due for a retry, or running under a lease that has run out.
+_CLAIMABLE = or_(
+    tasks.c.status == TaskStatus.QUEUED,
+    and_(tasks.c.status == TaskStatus.RETRY_WAIT, tasks.c.retry_at <= bindparam("_now")),
+    and_(tasks.c.status == TaskStatus.RUNNING, tasks.c.lease_expires_at < bindparam("_now")),
+)
+_NEXT_CLAIMABLE = select(tasks).where(_CLAIMABLE).order_by(tasks.c.created_at, tasks.c.id).limit(1)
+_NEXT_CLAIMABLE_SKIP_LOCKED = _NEXT_CLAIMABLE.with_for_update(skip_locked=True)
+_CLAIMABLE_TASK = select(tasks).where(tasks.c.id == bindparam("_id"), _CLAIMABLE)
 
 
 def next_claimable_task(conn: Connection, now: str, skip_locked: bool = False) -> Row | None:
-    query = (
-        select(tasks)
-        .where(claimable_condition(now))
-        .order_by(tasks.c.created_at, tasks.c.id)
-        .limit(1)
-    )
-    if skip_locked:
-        query = query.with_for_update(skip_locked=True)
-    return conn.execute(query).first()
+    """The oldest claimable task; on PostgreSQL skipping rows other claimers hold."""
+    statement = _NEXT_CLAIMABLE_SKIP_LOCKED if skip_locked else _NEXT_CLAIMABLE
+    return conn.execute(statement, {"_now": now}).first()
 
 
 def claimable_task(conn: Connection, task_id: str, now: str) -> Row | None:
-    query = select(tasks).where(tasks.c.id == task_id, claimable_condition(now))
-    return conn.execute(query).first()
+    return conn.execute(_CLAIMABLE_TASK, {"_id": task_id, "_now": now}).first()
 
 
 def next_retry_at(conn: Connection) -> str | None:

@@ -142,6 +142,7 @@ class Worker:
         self.options = options
         self.listener = listener or SilentListener()
         self.stop = stop or threading.Event()
+        self.heartbeat = _Heartbeat(options.lease_seconds / 3)
 
     # --- the loop ----------------------------------------------------------------
 
@@ -149,20 +150,23 @@ class Worker:
         self, task_ref: str | None = None, max_tasks: int | None = 1, loop: bool = False
     ) -> Iterator[WorkResult]:
         """Yield one result per claim attempt; stop when told, done, or out of work."""
-        if task_ref is not None:
-            yield self.run_once(task_ref)
-            return
-        done = 0
-        while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
-            result = self.run_once()
-            if result.claimed:
-                done += 1
-                yield result
-            elif loop:
-                self.stop.wait(self.options.poll_seconds)
-            else:
-                yield result
+        try:
+            if task_ref is not None:
+                yield self.run_once(task_ref)
                 return
+            done = 0
+            while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
+                result = self.run_once()
+                if result.claimed:
+                    done += 1
+                    yield result
+                elif loop:
+                    self.stop.wait(self.options.poll_seconds)
+                else:
+                    yield result
+                    return
+        finally:
+            self.heartbeat.close()
 
     def run_once(self, task_ref: str | None = None) -> WorkResult:
         worker_id = self.options.worker_id
@@ -259,8 +263,7 @@ class Worker:
 
     def _execute(self, claim: _Claim) -> TaskRecord:
         run = _Run(self, claim)
-        heartbeat = _Heartbeat(run)
-        heartbeat.start()
+        self.heartbeat.watch(run)
         try:
             run.execute()
         except ClaimLost:
@@ -276,7 +279,7 @@ class Worker:
         except Exception as error:  # a bug or an unforeseen input: fail, do not hang
             run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error))
         finally:
-            heartbeat.stop()
+            self.heartbeat.watch(None)
         with self.kb.db.read() as conn:
             record = TaskRecord.from_row(queries.get_task(conn, claim.task.id))
         self.listener.finished(record)
@@ -556,26 +559,32 @@ class _Run:
 
 
 class _Heartbeat:
-    """Renews the lease in the background, so one long page cannot let it lapse."""
+    """Renews the lease of the current task in the background, so that one long page
+    cannot let it lapse. One thread per worker, started at its first task."""
 
-    def __init__(self, run: _Run) -> None:
-        self.run = run
-        self.interval = run.options.lease_seconds / 3
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._run: _Run | None = None
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="kb-heartbeat", daemon=True)
+        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread.start()
+    def watch(self, run: _Run | None) -> None:
+        self._run = run
+        if run is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="kb-heartbeat", daemon=True)
+            self._thread.start()
 
-    def stop(self) -> None:
+    def close(self) -> None:
         self._done.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     def _beat(self) -> None:
         while not self._done.wait(self.interval):
+            run = self._run
+            if run is None:
+                continue
             try:
-                self.run.renew_lease()
+                run.renew_lease()
             except KbError:
                 continue  # try again at the next beat; the lease has slack for it
-            if self.run.lost.is_set():
-                return
