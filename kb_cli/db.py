@@ -111,7 +111,7 @@ class Database:
         with self.write() as conn:
             if self._schema_version(conn) == SCHEMA_VERSION:
                 return
-            models.Base.metadata.create_all(conn)
+            models.metadata.create_all(conn)
             self._create_extras(conn)
             if self.is_sqlite:
                 conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
