@@ -387,7 +387,7 @@ def work(
         if json_out:
             console.write_json(result)
         elif result.task is not None:
-            print(console.task_line(result.task))
+            console.emit(console.task_line(result.task))
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
@@ -470,11 +470,11 @@ def doctor(
         console.write_json(report)
     else:
         for fix in report.repaired:
-            print(f"repaired {fix.kind} {fix.id}: {fix.detail}")
+            console.emit(f"repaired {fix.kind} {fix.id}: {fix.detail}")
         for problem in report.problems:
-            print(f"problem {problem.kind} {problem.id}: {problem.detail}")
+            console.emit(f"problem {problem.kind} {problem.id}: {problem.detail}")
         if report.ok:
-            print("ok: every invariant holds")
+            console.emit("ok: every invariant holds")
     if not report.ok:
         raise ProblemsFound(f"doctor found {len(report.problems)} problem(s)")
 
@@ -498,7 +498,7 @@ def history(
         console.print_records(events, True)
     else:
         for event in events:
-            print(console.audit_line(event))
+            console.emit(console.audit_line(event))
 
 
 user_app = typer.Typer(help="Manage users and their roles (admin only once an admin exists).")
@@ -524,8 +524,8 @@ def user_add(
     if json_out:
         console.write_json(new_user)
     else:
-        print(f"user {new_user.user} role={new_user.role}")
-        print(f"token {new_user.token}")
+        console.emit(f"user {new_user.user} role={new_user.role}")
+        console.emit(f"token {new_user.token}")
         console.log("the token is shown only once: store it now (export KB_TOKEN=...)")
 
 
@@ -554,6 +554,43 @@ def demo(
         console.print_demo_summary(outcomes)
 
 
+db_app = typer.Typer(help="Database schema maintenance.")
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context, json_out: JsonFlag = False) -> None:
+    """Upgrade the database schema to this version of kb (admin).
+
+    SQLite upgrades itself on first use; run this once for a shared PostgreSQL
+    database after installing a new kb on the hosts.
+
+    Example: DATABASE_URL=postgresql+psycopg://kb@db/kb kb db upgrade
+    """
+    from kb_cli.config import resolve_settings
+    from kb_cli.db import Database
+    from kb_cli.services import access
+    from kb_cli.services.context import Kb
+
+    options: Globals = ctx.find_root().obj
+    settings = resolve_settings(options.home, options.database_url, options.object_store)
+    if settings.database_url.startswith("sqlite"):
+        settings.home.mkdir(parents=True, exist_ok=True)
+    database = Database(settings.database_url, settings.busy_timeout_seconds)
+    with database.read() as conn:
+        existing = database.schema_version(conn)
+    if existing is not None:  # a fresh database has no users yet: open mode
+        access.authorize(Kb(settings, database, None, "kb"), "db")
+    before, after = database.upgrade()
+    result = {"from_revision": before, "to_revision": after}
+    if json_out:
+        console.write_json(result)
+    else:
+        console.emit(
+            f"schema at revision {after}" + (f" (was {before})" if before != after else "")
+        )
+
+
 # --- the error boundary --------------------------------------------------------------
 
 
@@ -575,6 +612,8 @@ def main(argv: list[str] | None = None) -> None:
         code = result if isinstance(result, int) else 0
     except typer.Exit as done:
         code = done.exit_code
+    except console.OutputClosed:
+        code = 0  # the reader stopped early: not kb's failure
     except (typer.Abort, KeyboardInterrupt):
         code = _report("interrupted", "interrupted", 130, as_json)
     except typer.TyperException as error:  # the argument parser's usage errors
@@ -602,4 +641,13 @@ def main(argv: list[str] | None = None) -> None:
             1,
             as_json,
         )
+    _flush_stdout()
     sys.exit(code)
+
+
+def _flush_stdout() -> None:
+    """Flush now, so a reader that went away cannot turn a success into a failure."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

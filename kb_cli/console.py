@@ -30,11 +30,21 @@ def is_fancy(stream: TextIO) -> bool:
     return stream.isatty()
 
 
-def write_json(record: Any, stream: TextIO | None = None) -> None:
+class OutputClosed(Exception):
+    """Whoever read stdout stopped reading (`kb status --json | head -1`)."""
+
+
+def emit(line: str) -> None:
+    """One line on stdout."""
+    try:
+        sys.stdout.write(line + "\n")
+    except BrokenPipeError:
+        raise OutputClosed() from None
+
+
+def write_json(record: Any) -> None:
     data = record.to_dict() if hasattr(record, "to_dict") else record
-    stream = stream or sys.stdout
-    stream.write(json.dumps(data, ensure_ascii=False) + "\n")
-    stream.flush()
+    emit(json.dumps(data, ensure_ascii=False))
 
 
 def log(message: str) -> None:
@@ -101,13 +111,13 @@ def print_records(records: Iterable[Any], as_json: bool) -> None:
         if as_json:
             write_json(record)
         elif isinstance(record, TaskRecord):
-            print(task_line(record))
+            emit(task_line(record))
         elif isinstance(record, DocumentRecord):
-            print(document_line(record))
+            emit(document_line(record))
         elif isinstance(record, SearchHit):
-            print(search_line(record))
+            emit(search_line(record))
         else:
-            print(record)
+            emit(str(record))
 
 
 def search_line(hit: SearchHit) -> str:
@@ -176,6 +186,12 @@ _STATUS_STYLE = {
     "cancelled": "dim",
     "draft": "dim",
 }
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _styled(status: str) -> str:
@@ -358,7 +374,7 @@ class LiveWorkerDisplay(PlainWorkerLog):
             f"[{colour}]{task.status}[/{colour}] task {short(task.task_id)} attempt {task.attempt}"
         )
         if task.error_code:
-            self.live.print(f"[red]{task.error_code}: {task.error_detail}[/red]")
+            self.live.print(f"[red]{task.error_code}: {_escape(task.error_detail or '')}[/red]")
         self.live = None
 
     def released(self, task_id: str) -> None:
@@ -373,7 +389,9 @@ class LiveWorkerDisplay(PlainWorkerLog):
     def gave_up(self, task_id: str, reason: str) -> None:
         from rich.console import Console
 
-        Console(stderr=True).print(f"[red]worker_lost[/red] task {short(task_id)}: {reason}")
+        Console(stderr=True).print(
+            f"[red]worker_lost[/red] task {short(task_id)}: {_escape(reason)}"
+        )
 
     def _after(self, message: str) -> None:
         if self.live:
@@ -419,7 +437,8 @@ class DemoLog:
 
     def __call__(self, event: Any) -> None:
         if not self.fancy:
-            print(f"{event.step}: {event.message}", flush=True)
+            emit(f"{event.step}: {event.message}")
+            sys.stdout.flush()
             return
         from rich.markup import escape
 
@@ -436,9 +455,9 @@ class DemoLog:
 
 def print_demo_summary(outcomes: list[Any]) -> None:
     if not is_fancy(sys.stdout):
-        print("summary:")
+        emit("summary:")
         for o in outcomes:
-            print(
+            emit(
                 f"  {o.filename}: document={o.status} task={o.task_status} "
                 f"attempt={o.attempt} error={o.error_code or '-'} "
                 f"claimed_by={','.join(o.won_by) or '-'} outcome={'; '.join(o.notes)}"

@@ -1,8 +1,7 @@
 """The only place that creates engines and transactions.
 
-SQLite: WAL, a busy timeout, foreign keys on, and `BEGIN IMMEDIATE` for writes, so a
-writer waits for the lock up front (where the busy timeout applies) instead of
-failing when a deferred transaction tries to upgrade its read lock.
+`write()` opens a short write transaction (BEGIN IMMEDIATE on SQLite), `read()` a
+snapshot. What differs between engines lives in `kb_cli/engines/`.
 """
 
 from __future__ import annotations
@@ -12,12 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy import Connection, Engine, exc
 
-from kb_cli.errors import BusyError, InternalError
-
-SCHEMA_VERSION = 1
-_WRITE = "kb_write"
+from kb_cli import engines
+from kb_cli.errors import BusyError, InternalError, KbError, UsageError
 
 
 def utcnow() -> str:
@@ -33,41 +30,25 @@ def parse_stamp(stamp: str) -> datetime:
     return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
-def _configure_sqlite(engine: Engine, busy_timeout_seconds: float) -> None:
-    busy_ms = int(busy_timeout_seconds * 1000)
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:
-        # Let SQLAlchemy's begin event below decide how each transaction starts.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        immediate = conn.get_execution_options().get(_WRITE, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+BUSY_MESSAGE = "the database stayed locked past the busy timeout; safe to run again"
 
 
 @functools.cache
 def get_engine(url: str, busy_timeout_seconds: float) -> Engine:
-    if url.startswith("sqlite"):
-        # The worker's heartbeat thread checks out its own pooled connection;
-        # no connection is ever shared by two threads at once.
-        engine = create_engine(url, connect_args={"check_same_thread": False})
-        _configure_sqlite(engine, busy_timeout_seconds)
-    else:
-        engine = create_engine(url, pool_pre_ping=True)
-    return engine
+    try:
+        return engines.for_url(url).create_engine(url, busy_timeout_seconds)
+    except ModuleNotFoundError as error:
+        raise UsageError(
+            f"the database driver {error.name!r} is not installed: use postgresql+psycopg://"
+            " and install kb-cli[postgres]"
+        ) from None
 
 
-def is_lock_error(error: BaseException) -> bool:
-    text = str(getattr(error, "orig", error)).lower()
-    return any(sign in text for sign in ("database is locked", "table is locked", "is busy"))
+class SchemaError(KbError):
+    """The database schema does not match this version of kb."""
+
+    exit_code = 1
+    code = "internal_error"
 
 
 class Database:
@@ -75,73 +56,103 @@ class Database:
 
     def __init__(self, url: str, busy_timeout_seconds: float) -> None:
         self.url = url
-        self.engine = get_engine(url, busy_timeout_seconds)
+        self.engine_module = engines.for_url(url)
+        try:
+            self.engine = get_engine(url, busy_timeout_seconds)
+        except (ValueError, exc.ArgumentError) as error:
+            raise UsageError("the database URL is not valid") from error
         self.is_sqlite = url.startswith("sqlite")
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        with self._translate_errors(), self.engine.connect() as conn:
-            conn = conn.execution_options(**{_WRITE: True})
+        with self._translate_errors(), self._connect() as conn:
+            conn = conn.execution_options(kb_write=True)
             with conn.begin():
                 yield conn
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        with self._translate_errors(), self.engine.connect() as conn, conn.begin():
+        with self._translate_errors(), self._connect() as conn, conn.begin():
             yield conn
+
+    def _connect(self) -> Connection:
+        try:
+            return self.engine.connect()
+        except (ValueError, exc.ArgumentError) as error:
+            raise UsageError("the database URL is not valid") from error
+        except exc.OperationalError as error:
+            if self.engine_module.is_lock_error(error):
+                raise BusyError(BUSY_MESSAGE) from error
+            if self.is_sqlite:
+                raise UsageError(
+                    "cannot open the SQLite database file: does its directory exist, "
+                    "and may kb write there?"
+                ) from error
+            raise InternalError(
+                f"cannot reach the database server ({type(error.orig).__name__})"
+            ) from error
 
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:
         try:
             yield
-        except exc.OperationalError as error:
-            if is_lock_error(error):
-                raise BusyError(
-                    "the database stayed locked past the busy timeout; safe to run again"
+        except exc.DBAPIError as error:
+            if self.engine_module.is_lock_error(error):
+                raise BusyError(BUSY_MESSAGE) from error
+            if isinstance(error, exc.OperationalError) and not self.is_sqlite:
+                raise InternalError(
+                    "lost the connection to the database server "
+                    f"({type(error.orig).__name__}); run again when it is back"
                 ) from error
+            if self.is_sqlite and "readonly" in str(error.orig).lower():
+                raise UsageError("the SQLite database is read-only for kb") from error
             raise InternalError(f"database error ({type(error.orig).__name__})") from error
 
+    # --- schema ----------------------------------------------------------------------
+
     def ensure_schema(self) -> None:
-        """Create the schema on first use; cheap when it already exists."""
-        from kb_cli import models
+        """Create the schema on first use; upgrade SQLite automatically.
+
+        PostgreSQL databases shared by many hosts are upgraded on purpose, with
+        `kb db upgrade`, never as a side effect of some command.
+        """
+        from kb_cli.migrations import HEAD
 
         with self.read() as conn:
-            if self._schema_version(conn) == SCHEMA_VERSION:
-                return
+            version = self.schema_version(conn)
+        if version == HEAD:
+            return
+        self._refuse_unknown(version)
+        if version is not None and not self.is_sqlite:
+            raise SchemaError(
+                f"the database schema is at revision {version}, this kb needs {HEAD}: "
+                "run `kb db upgrade`"
+            )
+        self.upgrade()
+
+    def upgrade(self) -> tuple[str | None, str]:
+        """Bring the schema to this kb's revision; (before, after)."""
+        from kb_cli import migrations
+
         with self.write() as conn:
-            if self._schema_version(conn) == SCHEMA_VERSION:
-                return
-            models.metadata.create_all(conn)
-            self._create_extras(conn)
-            if self.is_sqlite:
-                conn.exec_driver_sql(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.engine_module.lock_for_migration(conn)
+            before = self.schema_version(conn)
+            self._refuse_unknown(before)
+            if before != migrations.HEAD:
+                migrations.upgrade(conn)
+        return before, migrations.HEAD
 
-    def _schema_version(self, conn: Connection) -> int:
-        if self.is_sqlite:
-            return conn.exec_driver_sql("PRAGMA user_version").scalar_one()
-        return 0
+    def schema_version(self, conn: Connection) -> str | None:
+        if not conn.exec_driver_sql(self.engine_module.VERSION_TABLE_EXISTS).scalar():
+            return None
+        return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
 
-    def _create_extras(self, conn: Connection) -> None:
-        """The search index, kept in step with `chunks` by triggers in the same transaction."""
-        if self.is_sqlite:
-            for statement in SQLITE_SEARCH_SCHEMA:
-                conn.exec_driver_sql(statement)
+    @staticmethod
+    def _refuse_unknown(version: str | None) -> None:
+        from kb_cli.migrations import REVISIONS
 
-
-# Two FTS5 indexes over the chunk text: words (Porter-stemmed English, any language
-# with spaces) and trigrams (substrings, for Chinese and other unspaced scripts).
-SQLITE_SEARCH_SCHEMA = [
-    "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_words USING fts5(text, content='chunks', "
-    "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_trigrams USING fts5(text, content='chunks', "
-    "content_rowid='id', tokenize='trigram')",
-    """CREATE TRIGGER IF NOT EXISTS chunks_indexed AFTER INSERT ON chunks BEGIN
-        INSERT INTO chunks_words(rowid, text) VALUES (new.id, new.text);
-        INSERT INTO chunks_trigrams(rowid, text) VALUES (new.id, new.text);
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS chunks_unindexed AFTER DELETE ON chunks BEGIN
-        INSERT INTO chunks_words(chunks_words, rowid, text) VALUES ('delete', old.id, old.text);
-        INSERT INTO chunks_trigrams(chunks_trigrams, rowid, text)
-            VALUES ('delete', old.id, old.text);
-    END""",
-]
+        if version is not None and version not in REVISIONS:
+            raise SchemaError(
+                f"the database schema is at revision {version}, newer than this kb knows "
+                f"({REVISIONS[-1]}); upgrade kb"
+            )

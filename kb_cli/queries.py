@@ -17,7 +17,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
-    func,
     insert,
     or_,
     select,
@@ -60,7 +59,7 @@ def find_ids_by_prefix(conn: Connection, table_name: str, prefix: str) -> list[s
     table = documents if table_name == "documents" else tasks
     if len(prefix) < MIN_PREFIX:
         return []
-    query = select(table.c.id).where(table.c.id.like(f"{_escape_like(prefix)}%", escape="\\"))
+    query = select(table.c.id).where(table.c.id.like(f"{escape_like(prefix)}%", escape="\\"))
     query = query.limit(2)
     return list(conn.execute(query).scalars())
 
@@ -231,11 +230,6 @@ def claimable_task(conn: Connection, task_id: str, now: str) -> Row | None:
     return conn.execute(_CLAIMABLE_TASK, {"_id": task_id, "_now": now}).first()
 
 
-def next_retry_at(conn: Connection) -> str | None:
-    query = select(func.min(tasks.c.retry_at)).where(tasks.c.status == TaskStatus.RETRY_WAIT)
-    return conn.execute(query).scalar()
-
-
 # --- chunks --------------------------------------------------------------------------
 
 
@@ -274,65 +268,16 @@ def delete_chunks_except(conn: Connection, document_id: str, keep: set[int]) -> 
     return conn.execute(query).rowcount
 
 
-def count_chunks(conn: Connection, document_id: str, revision: int | None = None) -> int:
-    query = select(func.count()).select_from(chunks).where(chunks.c.document_id == document_id)
-    if revision is not None:
-        query = query.where(chunks.c.revision == revision)
-    return conn.execute(query).scalar_one()
-
-
 def search_published_chunks(
-    conn: Connection,
-    words: list[str],
-    trigrams: list[str],
-    substrings: list[str],
-    limit: int,
+    conn: Connection, words: list[str], trigrams: list[str], substrings: list[str], limit: int
 ) -> Sequence[Row]:
-    """Chunks of published revisions matching every term, best first.
+    """Chunks of published revisions matching every term, best first (per engine)."""
+    from kb_cli.engines import for_url
 
-    The first full-text index with terms drives the query and ranks it (BM25); the
-    other terms filter. Substrings too short for a trigram (one or two Chinese
-    characters) are matched with LIKE on the chunk text itself, since a trigram
-    index cannot find them.
-    """
-    params: dict[str, object] = {"limit": limit}
-    filters: list[str] = []
-    indexes = [("chunks_trigrams", trigrams), ("chunks_words", words)]
-    ranked = [(name, terms) for name, terms in indexes if terms]
-    for position, (name, terms) in enumerate(ranked):
-        params[name] = _fts_query(terms)
-        if position > 0:
-            filters.append(f"c.id IN (SELECT rowid FROM {name} WHERE {name} MATCH :{name})")
-    for i, substring in enumerate(substrings):
-        params[f"s{i}"] = substring
-        params[f"like{i}"] = "%" + _escape_like(substring) + "%"
-        filters.append(f"c.text LIKE :like{i} ESCAPE '\\'")
-    if ranked:
-        primary = ranked[0][0]
-        source = f"{primary} JOIN chunks AS c ON c.id = {primary}.rowid"
-        filters.insert(0, f"{primary} MATCH :{primary}")
-        score = f"-bm25({primary})"
-        snippet = f"snippet({primary}, 0, '[', ']', '…', 16)"
-    else:
-        source = "chunks AS c"
-        score = "(length(c.text) - length(replace(c.text, :s0, ''))) * 1.0 / length(:s0)"
-        snippet = "NULL"
-    sql = f"""
-        SELECT c.document_id, d.filename, c.revision, c.chunk_index, c.text, c.page,
-               c.heading, {score} AS score, {snippet} AS snippet
-        FROM {source}
-        JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
-        WHERE {" AND ".join(filters)}
-        ORDER BY score DESC, c.document_id, c.chunk_index
-        LIMIT :limit
-    """
+    engine = for_url(conn.engine.url.drivername)
+    sql, params = engine.search_statement(words, trigrams, substrings, limit)
     return conn.execute(text(sql), params).all()
 
 
-def _fts_query(terms: list[str]) -> str:
-    """Every term as a quoted FTS5 string: operators in user input stay plain text."""
-    return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
-
-
-def _escape_like(value: str) -> str:
+def escape_like(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -7,6 +7,7 @@ into place, so a reader never sees a half-written object.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from kb_cli.errors import InvalidInputError
+from kb_cli.errors import InternalError, InvalidInputError
 
 COPY_BLOCK = 1024 * 1024
 
@@ -31,6 +32,10 @@ class ObjectTooLarge(InvalidInputError):
     """The file is larger than the upload limit."""
 
 
+class StoreWriteError(InternalError):
+    """The object store could not be written (full disk, read-only, permissions)."""
+
+
 class FileObjectStore:
     """A directory of objects, sharded by the first two characters of the key."""
 
@@ -44,25 +49,31 @@ class FileObjectStore:
     def put(self, source: BinaryIO, max_bytes: int) -> StoredObject:
         key = uuid.uuid4().hex
         final = self._path(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
+        with _writing():
+            final.parent.mkdir(parents=True, exist_ok=True)
         temp = final.with_name(f".{key}.tmp")
         digest = hashlib.sha256()
         size = 0
         try:
-            with open(temp, "wb") as out:
-                while block := source.read(COPY_BLOCK):
+            with _writing():
+                out = open(temp, "wb")  # noqa: SIM115 - closed by the with below
+            with out:
+                while block := source.read(COPY_BLOCK):  # a read error is the source's
                     size += len(block)
                     if size > max_bytes:
                         raise ObjectTooLarge(f"file is larger than the limit of {max_bytes} bytes")
                     digest.update(block)
-                    out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, final)
+                    with _writing():
+                        out.write(block)
+                with _writing():
+                    out.flush()
+                    os.fsync(out.fileno())
+            with _writing():
+                os.replace(temp, final)
+                _fsync_dir(final.parent)
         except BaseException:
             temp.unlink(missing_ok=True)
             raise
-        _fsync_dir(final.parent)
         return StoredObject(key=key, size_bytes=size, sha256=digest.hexdigest())
 
     def read_blocks(self, key: str) -> Iterator[bytes]:
@@ -94,6 +105,14 @@ class FileObjectStore:
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _writing() -> Iterator[None]:
+    try:
+        yield
+    except OSError as error:
+        raise StoreWriteError(f"cannot write to the object store: {error.strerror}") from error
 
 
 def _fsync_dir(directory: Path) -> None:

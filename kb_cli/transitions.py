@@ -12,7 +12,8 @@ from sqlalchemy import Connection
 
 from kb_cli import queries
 from kb_cli.db import utcnow
-from kb_cli.lifecycle import DocStatus, TaskStatus
+from kb_cli.errors import ConflictError, InternalError
+from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_task_transition
 
 
 def audit_event(
@@ -44,17 +45,25 @@ def move_task(
     action: str,
     detail: str | None = None,
     fence: tuple[str, int] | None = None,
+    required: bool = False,
     **values: Any,
 ) -> bool:
-    """Move a task from the status it was read with; False if it changed meanwhile."""
+    """Move a task from the status it was read with; False if it changed meanwhile
+    (with `required`, a ConflictError instead).
+
+    A worker's move (`fence` given) always starts from its own running claim.
+    """
+    origin = TaskStatus.RUNNING if fence else TaskStatus(task.status)
+    if not is_legal_task_transition(origin, to):
+        raise InternalError(f"illegal task transition {origin} -> {to}")
     now = values.setdefault("updated_at", utcnow())
-    moved = queries.update_task(
-        conn, task.id, [TaskStatus(task.status)], fence=fence, status=to, **values
-    )
+    moved = queries.update_task(conn, task.id, [origin], fence=fence, status=to, **values)
     if moved:
         queries.insert_audit_events(
-            conn, [audit_event(actor, action, task.id, task.status, to, detail, now)]
+            conn, [audit_event(actor, action, task.id, origin, to, detail, now)]
         )
+    elif required:
+        raise ConflictError(f"task {task.id} changed meanwhile; read it again and retry")
     return moved
 
 
@@ -67,6 +76,7 @@ def move_document(
     action: str,
     detail: str | None = None,
     if_version: int | None = None,
+    required: bool = False,
     **values: Any,
 ) -> bool:
     """Move a document from the status it was read with; bumps its version."""
@@ -78,4 +88,6 @@ def move_document(
         queries.insert_audit_events(
             conn, [audit_event(actor, action, document.id, document.status, to, detail, now)]
         )
+    elif required:
+        raise ConflictError(f"document {document.id} changed meanwhile; read it again and retry")
     return moved

@@ -107,8 +107,12 @@ class TaskFailure(Exception):
 
 def describe_error(error: BaseException) -> str:
     """Type name and a short message: no traceback, SQL or filesystem path."""
-    message = " ".join(str(error).split())
-    message = _scrub_paths(message)
+    if isinstance(error, OSError) and error.strerror:
+        message = error.strerror  # str(error) would name the file
+    elif hasattr(error, "statement") and hasattr(error, "orig"):
+        message = type(error.orig).__name__  # a database error: its text carries SQL
+    else:
+        message = _scrub_paths(" ".join(str(error).split()))
     text = f"{type(error).__name__}: {message}" if message else type(error).__name__
     return text[:DETAIL_LIMIT]
 
@@ -124,6 +128,7 @@ def _scrub_paths(message: str) -> str:
 class _Claim:
     task: Row
     document: Row | None
+    reclaimed_from: str | None = None
 
     @property
     def fence(self) -> tuple[str, int]:
@@ -181,64 +186,69 @@ class Worker:
 
     def _claim(self, task_ref: str | None) -> _Claim | None:
         """Take the named or the oldest claimable task in one immediate transaction."""
-        reclaimed_from = None
+        given_up: list[tuple[str, str]] = []  # reported once the transaction commits
+        claim = None
         with self.kb.db.write() as conn:
-            if task_ref is not None:
-                task_id = resolve_task_id(conn, task_ref)
-                task_ref = task_id
-            while True:
-                now = utcnow()
-                if task_ref is not None:
-                    task = queries.claimable_task(conn, task_ref, now)
-                else:
-                    task = queries.next_claimable_task(
-                        conn, now, skip_locked=not self.kb.db.is_sqlite
-                    )
-                if task is None:
-                    return None
+            task_id = resolve_task_id(conn, task_ref) if task_ref is not None else None
+            while (task := self._candidate(conn, task_id, now := utcnow())) is not None:
                 if task.status == TaskStatus.RUNNING and task.attempt >= self.options.max_attempts:
-                    self._fail_lost_worker(conn, task)
-                    if task_ref is not None:
-                        return None
-                    continue
+                    given_up.append(self._fail_lost_worker(conn, task))
+                    if task_id is None:
+                        continue  # look for the next claimable task
+                    break
+                claim = self._take(conn, task, now)
                 break
-            if task.status == TaskStatus.RUNNING:
-                reclaimed_from = task.worker_id
-                # Whatever the lost worker wrote belongs to a dead attempt.
-                queries.delete_task_chunks(conn, task.id)
-            moved = move_task(
-                conn,
-                task,
-                TaskStatus.RUNNING,
-                actor=self.options.worker_id,
-                action="reclaim" if reclaimed_from else "claim",
-                detail=(
-                    f"lease of {reclaimed_from} expired at {task.lease_expires_at}"
-                    if reclaimed_from
-                    else None
-                ),
-                worker_id=self.options.worker_id,
-                attempt=task.attempt + 1,
-                lease_expires_at=self._lease_from(now),
-                retry_at=None,
-                stage=Stage.DOWNLOAD,
-                completed=0,
-                total=0,
-                error_code=None,
-                error_detail=None,
-                updated_at=now,
-            )
-            if not moved:  # cannot happen under BEGIN IMMEDIATE / SKIP LOCKED; be safe
-                return None
-            claim = _Claim(
-                queries.get_task(conn, task.id), queries.get_document(conn, task.document_id)
-            )
-        self.listener.claimed(TaskRecord.from_row(claim.task), reclaimed_from)
+        for lost_task_id, reason in given_up:
+            self.listener.gave_up(lost_task_id, reason)
+        if claim is not None:
+            self.listener.claimed(TaskRecord.from_row(claim.task), claim.reclaimed_from)
         return claim
 
-    def _fail_lost_worker(self, conn: Connection, task: Row) -> None:
+    def _candidate(self, conn: Connection, task_id: str | None, now: str) -> Row | None:
+        if task_id is not None:
+            return queries.claimable_task(conn, task_id, now)
+        return queries.next_claimable_task(conn, now, skip_locked=not self.kb.db.is_sqlite)
+
+    def _take(self, conn: Connection, task: Row, now: str) -> _Claim | None:
+        """Claim (or reclaim) one claimable task in the caller's transaction."""
+        reclaimed_from = None
+        if task.status == TaskStatus.RUNNING:
+            reclaimed_from = task.worker_id
+            # Whatever the lost worker wrote belongs to a dead attempt.
+            queries.delete_task_chunks(conn, task.id)
+        moved = move_task(
+            conn,
+            task,
+            TaskStatus.RUNNING,
+            actor=self.options.worker_id,
+            action="reclaim" if reclaimed_from else "claim",
+            detail=(
+                f"lease of {reclaimed_from} expired at {task.lease_expires_at}"
+                if reclaimed_from
+                else None
+            ),
+            worker_id=self.options.worker_id,
+            attempt=task.attempt + 1,
+            lease_expires_at=self._lease_from(now),
+            retry_at=None,
+            stage=Stage.DOWNLOAD,
+            completed=0,
+            total=0,
+            error_code=None,
+            error_detail=None,
+            updated_at=now,
+        )
+        if not moved:  # cannot happen under BEGIN IMMEDIATE / SKIP LOCKED; be safe
+            return None
+        return _Claim(
+            queries.get_task(conn, task.id),
+            queries.get_document(conn, task.document_id),
+            reclaimed_from,
+        )
+
+    def _fail_lost_worker(self, conn: Connection, task: Row) -> tuple[str, str]:
         detail = (
-            f"worker {task.worker_id} stopped heartbeating; "
+            f"WorkerLost: worker {task.worker_id} stopped heartbeating; "
             f"{task.attempt} of {self.options.max_attempts} attempts used"
         )
         move_task(
@@ -254,7 +264,7 @@ class Worker:
         )
         queries.delete_task_chunks(conn, task.id)
         self._move_document_with(conn, task, DocStatus.FAILED, "fail")
-        self.listener.gave_up(task.id, detail)
+        return task.id, detail
 
     def _lease_from(self, now: str) -> str:
         return format_stamp(parse_stamp(now) + timedelta(seconds=self.options.lease_seconds))
@@ -273,9 +283,7 @@ class Worker:
         except TaskFailure as failure:
             run.fail(failure.code, failure.detail)
         except BusyError as error:
-            run.fail(
-                ErrorCode.INTERNAL_ERROR, describe_error(error.__cause__ or error), transient=True
-            )
+            run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error), transient=True)
         except Exception as error:  # a bug or an unforeseen input: fail, do not hang
             run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error))
         finally:

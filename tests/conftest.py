@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from kb_cli.config import resolve_settings
 from kb_cli.services.context import Kb
@@ -41,14 +45,76 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory):
         yield
 
 
+# Set by .ci/run for the second pass of the suite: every test then gets a database of
+# its own on that PostgreSQL server instead of a SQLite file.
+POSTGRES_ADMIN_URL = os.environ.get("KB_TEST_POSTGRES_URL")
+ON_POSTGRES = bool(POSTGRES_ADMIN_URL)
+sqlite_only = pytest.mark.skipif(ON_POSTGRES, reason="about the SQLite file itself")
+
+
 @pytest.fixture(autouse=True)
-def kb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def kb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in STRIPPED:
         monkeypatch.delenv(name, raising=False)
     home = tmp_path / "kbhome"
     monkeypatch.setenv("KB_HOME", str(home))
     monkeypatch.chdir(tmp_path)
-    return home
+    if not ON_POSTGRES:
+        yield home
+        return
+    with _postgres_database() as url:
+        monkeypatch.setenv("DATABASE_URL", url)
+        yield home
+
+
+@contextlib.contextmanager
+def _postgres_database() -> Iterator[str]:
+    name = f"kbt_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    try:
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        from kb_cli.db import get_engine
+
+        get_engine.cache_clear()  # this test's engines point at a database about to go
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+def db_rows(query: str, **params) -> list[dict]:
+    """Rows of a query against this test's database, whatever the engine."""
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url)
+    try:
+        with engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(text(query), params)]
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def write_lock_held(task_id: str) -> Iterator[None]:
+    """Hold the lock a writer of this task would need, from another connection."""
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        if ON_POSTGRES:
+            conn.exec_driver_sql("BEGIN")
+            conn.execute(
+                text("SELECT id FROM ingestion_tasks WHERE id = :id FOR UPDATE"), {"id": task_id}
+            )
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.exec_driver_sql("ROLLBACK")
+    engine.dispose()
 
 
 @pytest.fixture

@@ -6,9 +6,10 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO, kb_env
+from tests.conftest import REPO, kb_env, sqlite_only
 
 
+@sqlite_only  # the benchmarks build SQLite databases of their own
 def test_benchmarks_run_on_tiny_sizes(tmp_path):
     output = tmp_path / "bench.json"
     done = subprocess.run(

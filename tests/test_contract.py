@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -22,7 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLES, STRIPPED, Result, kb_env, run_kb, start_kb
+from tests.conftest import (
+    ON_POSTGRES,
+    SAMPLES,
+    STRIPPED,
+    Result,
+    kb_env,
+    run_kb,
+    sqlite_only,
+    start_kb,
+)
 from tests.docgen import make_encrypted_pdf, make_pdf
 
 # --- the contract's vocabulary ---------------------------------------------------------
@@ -66,11 +76,14 @@ UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
 # --- plumbing ----------------------------------------------------------------------------
 
 
-def clean_env(**values: str | Path | None) -> dict[str, str]:
-    """The environment of a fresh shell: none of kb's variables unless given here."""
+def clean_env(keep_engine: bool = True, **values: str | Path | None) -> dict[str, str]:
+    """The environment of a fresh shell: none of kb's variables unless given here
+    (except the test's PostgreSQL database, when the suite runs on PostgreSQL)."""
     env = kb_env()
     for name in (*STRIPPED, "KB_HOME"):
         env.pop(name, None)
+    if keep_engine and ON_POSTGRES:
+        env["DATABASE_URL"] = os.environ["DATABASE_URL"]
     for name, value in values.items():
         if value is not None:
             env[name] = str(value)
@@ -287,6 +300,7 @@ def test_console_script_is_the_same_program():
     assert done.stdout == kb("--version").stdout
 
 
+@sqlite_only
 def test_flag_beats_environment_beats_default(tmp_path: Path):
     one = write(tmp_path, "one.txt", "first document about apples\n")
     two = write(tmp_path, "two.txt", "second document about pears\n")
@@ -298,9 +312,10 @@ def test_flag_beats_environment_beats_default(tmp_path: Path):
     c_dir.mkdir()
     d_dir.mkdir()
 
-    env_none = clean_env()
-    env_a = clean_env(KB_HOME=home_a)
+    env_none = clean_env(False)
+    env_a = clean_env(False, KB_HOME=home_a)
     env_c = clean_env(
+        False,
         KB_HOME=home_a,
         DATABASE_URL=f"sqlite:///{c_dir / 'kb-c.sqlite3'}",
         OBJECT_STORE_ROOT=c_dir / "objs",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from kb_cli.config import resolve_settings
 from kb_cli.services import doctor
 from kb_cli.services.context import Kb
-from tests.conftest import run_kb, start_kb
+from tests.conftest import db_rows, run_kb, start_kb
 
 STAGES = ["download", "parse", "embedding", "indexing", "finalizing"]
 
@@ -26,18 +25,13 @@ def submit_text(tmp_path: Path, name: str = "doc.txt", paragraphs: int = 1) -> d
 
 
 def task_row(kb_home: Path, task_id: str) -> dict:
-    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
-        conn.row_factory = sqlite3.Row
-        return dict(
-            conn.execute("SELECT * FROM ingestion_tasks WHERE id = ?", (task_id,)).fetchone()
-        )
+    [row] = db_rows("SELECT * FROM ingestion_tasks WHERE id = :id", id=task_id)
+    return row
 
 
 def chunk_count(kb_home: Path, task_id: str) -> int:
-    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
-        return conn.execute("SELECT count(*) FROM chunks WHERE task_id = ?", (task_id,)).fetchone()[
-            0
-        ]
+    [row] = db_rows("SELECT count(*) AS n FROM chunks WHERE task_id = :id", id=task_id)
+    return row["n"]
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02) -> None:
@@ -84,8 +78,7 @@ def test_killed_worker_is_reclaimed_after_its_lease(tmp_path, kb_home, stage):
     assert (f"reclaimed task={task['task_id']} from=victim worker=rescuer") in rescuer.stderr
     final = rescuer.record["task"]
     assert final["status"] == "succeeded" and final["attempt"] == 2
-    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
-        indexes = [r[0] for r in conn.execute("SELECT chunk_index FROM chunks ORDER BY 1")]
+    indexes = [r["chunk_index"] for r in db_rows("SELECT chunk_index FROM chunks ORDER BY 1")]
     assert indexes == list(range(len(indexes))) and indexes  # no duplicates
     history = run_kb("status", task["task_id"], "--json").record
     assert history["worker_id"] == "rescuer"
@@ -131,12 +124,10 @@ def test_a_stopped_worker_whose_lease_was_stolen_writes_nothing(tmp_path, kb_hom
     assert "claim lost" in err
     assert task_row(kb_home, task["task_id"]) == before
     assert chunk_count(kb_home, task["task_id"]) == chunks_before
-    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
-        late = conn.execute(
-            "SELECT count(*) FROM audit_events WHERE actor = 'sleeper' AND at > ?",
-            (before["updated_at"],),
-        ).fetchone()[0]
-    assert late == 0
+    late = db_rows(
+        "SELECT id FROM audit_events WHERE actor = 'sleeper' AND at > :at", at=before["updated_at"]
+    )
+    assert late == []
     doctor_is_clean()
 
 
@@ -166,6 +157,7 @@ def test_second_signal_exits_at_once(tmp_path, kb_home):
     # Both signals are pending when the process resumes, so the second arrives before
     # the worker reaches its next safe point.
     worker.send_signal(signal.SIGSTOP)
+    wait_until(lambda: Path(f"/proc/{worker.pid}/stat").read_text().split(") ")[1][0] == "T")
     worker.send_signal(signal.SIGINT)
     worker.send_signal(signal.SIGTERM)
     worker.send_signal(signal.SIGCONT)
@@ -219,9 +211,8 @@ def test_eight_workers_drain_three_hundred_documents_exactly_once(tmp_path, kb_h
         assert "locked" not in err and "Traceback" not in err
         claimed += [r["task_id"] for r in map(json.loads, out.splitlines()) if r["claimed"]]
     assert sorted(claimed) == sorted(task["task_id"] for task in submitted)
-    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
-        rows = conn.execute("SELECT status, attempt, count(*) FROM ingestion_tasks GROUP BY 1, 2")
-        assert rows.fetchall() == [("succeeded", 1, 300)]
+    rows = db_rows("SELECT status, attempt, count(*) AS n FROM ingestion_tasks GROUP BY 1, 2")
+    assert rows == [{"status": "succeeded", "attempt": 1, "n": 300}]
     doctor_is_clean()
 
 

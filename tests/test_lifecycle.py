@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from kb_cli import queries
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
@@ -205,7 +205,7 @@ def test_missing_object_is_an_object_read_error(kb, tmp_path):
 def test_task_whose_document_vanished_fails_with_document_not_found(kb, tmp_path):
     [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
     with kb.db.write() as conn:  # what a person with the sqlite3 shell could do
-        conn.exec_driver_sql("DELETE FROM documents WHERE id = ?", (task.document_id,))
+        conn.execute(text("DELETE FROM documents WHERE id = :id"), {"id": task.document_id})
     [result] = work(kb)
     assert result.task.status == "failed" and result.task.error_code == "document_not_found"
 
@@ -295,8 +295,8 @@ def test_ids_resolve_by_unique_prefix_only(kb, tmp_path):
     with pytest.raises(NotFoundError):
         tasks.get_record(kb, "ffffffff-0000")
     with kb.db.write() as conn:  # force two ids that share a prefix
-        conn.exec_driver_sql(
-            "UPDATE documents SET id = 'abcdef01-x' WHERE id = ?", (doc.document_id,)
+        conn.execute(
+            text("UPDATE documents SET id = 'abcdef01-x' WHERE id = :id"), {"id": doc.document_id}
         )
     docs.upload_files(kb, [write(tmp_path, "b.txt")])
     with kb.db.write() as conn:

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from kb_cli.cli import main
-from tests.conftest import Result, kb_env, run_kb, start_kb
+from tests.conftest import Result, db_rows, kb_env, run_kb, start_kb
 
 CHINESE = "知识库入库流程很重要。文档上传后成为草稿，审核人员发布之后才能被检索到。"
 
@@ -300,7 +300,8 @@ def test_first_user_must_be_admin_and_tokens_are_stored_hashed(invoke, kb_home):
     created = invoke("user", "add", "alice", "--role", "admin", "--json").record
     assert created["user"] == "alice" and created["role"] == "admin"
     secret = created["token"].split("_", 2)[2]
-    assert secret.encode() not in (kb_home / "kb.sqlite3").read_bytes()
+    [stored] = db_rows("SELECT * FROM users")
+    assert secret not in json.dumps(stored) and stored["token_hash"] != secret
     assert invoke("status", "--json").code == 5  # no longer open mode
     assert invoke("status", "--json", token=created["token"]).code == 0
     assert invoke("--help").code == 0 and invoke("--version").code == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from kb_cli import queries
 from kb_cli.config import resolve_settings
@@ -19,7 +19,7 @@ from kb_cli.models import tasks as tasks_table
 from kb_cli.services import doctor, tasks
 from kb_cli.services import documents as docs
 from kb_cli.services.context import Kb
-from kb_cli.worker import ClaimLost, Worker, WorkerOptions, _Run
+from kb_cli.worker import ClaimLost, TaskFailure, Worker, WorkerOptions, _Run
 
 WORKERS = ("w1", "w2")
 
@@ -32,6 +32,16 @@ class Lifecycle(RuleBasedStateMachine):
         self.kb = Kb.open(
             resolve_settings(str(root / "home"), None, str(root / "objects")), actor="prop"
         )
+        if not self.kb.db.is_sqlite:  # one PostgreSQL database for every example: empty it
+            with self.kb.db.write() as conn:
+                for table in (
+                    "chunks",
+                    "audit_events",
+                    "outbox_events",
+                    "ingestion_tasks",
+                    "documents",
+                ):
+                    conn.execute(text(f"DELETE FROM {table}"))
         self.files = root
         self.documents: list[str] = []
         self.runs: dict[str, _Run] = {}  # task id -> the run that believes it owns it
@@ -180,6 +190,10 @@ class Lifecycle(RuleBasedStateMachine):
         try:
             action()
         except ClaimLost:
+            self.runs.pop(run.task_id, None)
+            return
+        except TaskFailure as failure:  # as the worker does: record it (fenced)
+            run.fail(failure.code, failure.detail)
             self.runs.pop(run.task_id, None)
             return
         if done:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 
-from tests.conftest import kb_env, run_kb, start_kb
+from tests.conftest import db_rows, kb_env, run_kb, start_kb, write_lock_held
 
 
 def upload(tmp_path, count: int, prefix: str = "doc") -> list[dict]:
@@ -49,11 +48,10 @@ def test_separate_worker_process_persists_chunks_the_cli_can_read(tmp_path, kb_h
     document = run_kb("status", task["document_id"], "--json").record
     assert document["status"] == "review_pending"
     assert document["latest_task"]["task_id"] == task["task_id"]
-    with sqlite3.connect(kb_home / "kb.sqlite3") as conn:
-        [(count,)] = conn.execute(
-            "SELECT count(*) FROM chunks WHERE document_id = ?", (task["document_id"],)
-        )
-    assert count >= 1
+    [row] = db_rows(
+        "SELECT count(*) AS n FROM chunks WHERE document_id = :id", id=task["document_id"]
+    )
+    assert row["n"] >= 1
     assert run_kb("publish", task["document_id"], "--json").code == 0
     hits = run_kb("search", "topic0", "--json").records
     assert [hit["document_id"] for hit in hits] == [task["document_id"]]
@@ -95,12 +93,7 @@ def test_cancel_from_another_process_stops_a_running_worker(tmp_path):
 
 def test_a_locked_database_is_busy_and_changes_nothing(tmp_path, kb_home):
     [task] = upload(tmp_path, 1)
-    holder = sqlite3.connect(kb_home / "kb.sqlite3", isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
-    try:
+    with write_lock_held(task["task_id"]):
         result = run_kb("cancel", task["task_id"], "--json", env=kb_env(KB_BUSY_TIMEOUT="0.2"))
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     assert result.code == 7 and result.error["error"] == "busy"
     assert run_kb("status", task["task_id"], "--json").record["status"] == "queued"

@@ -14,6 +14,8 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 
 
 def decode(data: bytes) -> str:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16")  # the BOM says so; a NUL check would reject it
     for encoding in ENCODINGS:
         try:
             return data.decode(encoding)

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 
 from kb_cli import queries
 from kb_cli.db import utcnow
-from kb_cli.errors import BusyError, ConflictError, ForbiddenError, KbError, UsageError
+from kb_cli.errors import ConflictError, ForbiddenError, KbError, UsageError
 from kb_cli.services.context import Kb, resolve_id
 from kb_cli.transitions import audit_event
 
@@ -112,13 +112,13 @@ def _hash(salt: str, secret: str) -> str:
 
 
 def record_refusal(kb: Kb, command: str, target: str | None, reason: str) -> None:
-    """Best effort: a refusal is reported even if the database is too busy to log it."""
+    """Best effort: a refusal is reported even if it cannot be logged (busy, read-only)."""
     try:
         with kb.db.write() as conn:
             entity = _entity_for(conn, target) or f"command:{command}"
             event = audit_event(kb.actor, "refused", entity, detail=f"{command}: {reason}")
             queries.insert_audit_events(conn, [event])
-    except BusyError:
+    except Exception:
         pass
 
 

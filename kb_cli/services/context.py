@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 from kb_cli import queries
 from kb_cli.config import Settings
 from kb_cli.db import Database
-from kb_cli.errors import InvalidInputError, NotFoundError
+from kb_cli.errors import InvalidInputError, NotFoundError, UsageError
 from kb_cli.store import FileObjectStore
 
 
@@ -25,7 +25,12 @@ class Kb:
     def open(cls, settings: Settings, actor: str | None = None) -> Kb:
         """Connect, creating the home directory and the schema on first use."""
         if settings.database_url.startswith("sqlite"):
-            settings.home.mkdir(parents=True, exist_ok=True)
+            try:
+                settings.home.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise UsageError("the kb home is not a directory (--home / KB_HOME)") from None
+            except OSError as error:
+                raise UsageError(f"cannot create the kb home: {error.strerror}") from None
         db = Database(settings.database_url, settings.busy_timeout_seconds)
         db.ensure_schema()
         return cls(settings, db, FileObjectStore(settings.object_store), actor or _login())

@@ -9,7 +9,7 @@ from sqlalchemy import Connection, select
 
 from kb_cli import queries
 from kb_cli.db import utcnow
-from kb_cli.lifecycle import DocStatus, Stage, TaskStatus, is_legal_pair
+from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, Stage, TaskStatus, is_legal_pair
 from kb_cli.models import chunks, documents, tasks
 from kb_cli.services.context import Kb
 from kb_cli.transitions import move_task
@@ -73,9 +73,7 @@ def _status_pairs(conn: Connection) -> list[Problem]:
                     f"document is {document.status} but its latest task is {task_status or 'none'}",
                 )
             )
-    active = select(tasks.c.id, tasks.c.document_id).where(
-        tasks.c.status.in_([TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT])
-    )
+    active = select(tasks.c.id, tasks.c.document_id).where(tasks.c.status.in_(ACTIVE_TASK_STATUSES))
     for task in conn.execute(active):
         document = queries.get_document(conn, task.document_id)
         if document is not None and document.latest_task_id != task.id:

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from kb_cli import queries
 from kb_cli.db import utcnow
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
-from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, DocStatus, Stage, TaskStatus
+from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, SUBMITTABLE, DocStatus, Stage, TaskStatus
 from kb_cli.parsers import FileKind, kind_for_filename
 from kb_cli.records import DocumentRecord, TaskRecord
 from kb_cli.services.context import Kb, resolve_document_id
@@ -24,6 +24,11 @@ from kb_cli.transitions import audit_event, move_document
 class _Upload:
     path: Path
     kind: FileKind
+
+    @property
+    def filename(self) -> str:
+        """The name as text, even when the filesystem name is not valid UTF-8."""
+        return _shown(self.path.name)
 
 
 def upload_files(kb: Kb, paths: list[Path], submit: bool = False) -> list:
@@ -70,8 +75,9 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
                 DocStatus(new_status),
                 actor=kb.actor,
                 action="replace",
+                required=True,
                 detail=f"revision {document.revision + 1}",
-                filename=upload.path.name,
+                filename=upload.filename,
                 content_type=upload.kind.content_type,
                 size_bytes=obj.size_bytes,
                 sha256=obj.sha256,
@@ -143,21 +149,30 @@ def list_document_records(
 def _check_files(paths: list[Path], max_bytes: int) -> list[_Upload]:
     """Check every file before storing any: missing (usage) beats unsupported (input)."""
     for path in paths:
+        if not path.exists():
+            raise UsageError(f"no such file: {_shown(path)}")
         if not path.is_file():
-            raise UsageError(f"no such file: {path}")
+            raise UsageError(f"not a regular file: {_shown(path)}")
     uploads = []
     for path in paths:
         kind = kind_for_filename(path.name)
         if kind is None:
             raise InvalidInputError(
-                f"unsupported file type: {path.name} (supported: .pdf, .docx, .txt, .md)"
+                f"unsupported file type: {_shown(path.name)} (supported: .pdf, .docx, .txt, .md)"
             )
         if path.stat().st_size > max_bytes:
-            raise InvalidInputError(f"file too large: {path.name} (limit {max_bytes} bytes)")
+            raise InvalidInputError(
+                f"file too large: {_shown(path.name)} (limit {max_bytes} bytes)"
+            )
         if not os.access(path, os.R_OK):
-            raise InvalidInputError(f"file is not readable: {path.name}")
+            raise InvalidInputError(f"file is not readable: {_shown(path.name)}")
         uploads.append(_Upload(path, kind))
     return uploads
+
+
+def _shown(path: Path | str) -> str:
+    """A path as printable text, even when it is not valid UTF-8."""
+    return os.fsencode(path).decode("utf-8", "replace")
 
 
 def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
@@ -169,7 +184,7 @@ def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
                     stored.append(kb.store.put(source, kb.settings.max_upload_bytes))
             except OSError as error:
                 raise InvalidInputError(
-                    f"cannot read {upload.path.name}: {error.strerror}"
+                    f"cannot read {upload.filename}: {error.strerror}"
                 ) from error
     except BaseException:
         for obj in stored:
@@ -184,7 +199,7 @@ def _insert_document(conn: Connection, actor: str, upload: _Upload, obj: StoredO
     queries.insert_document(
         conn,
         id=document_id,
-        filename=upload.path.name,
+        filename=upload.filename,
         content_type=upload.kind.content_type,
         size_bytes=obj.size_bytes,
         sha256=obj.sha256,
@@ -199,7 +214,7 @@ def _insert_document(conn: Connection, actor: str, upload: _Upload, obj: StoredO
     )
     queries.insert_audit_events(
         conn,
-        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.path.name, now)],
+        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.filename, now)],
     )
     return document_id
 
@@ -207,7 +222,7 @@ def _insert_document(conn: Connection, actor: str, upload: _Upload, obj: StoredO
 def _submit(conn: Connection, actor: str, document_id: str) -> str:
     """draft -> processing with a new queued task and its outbox event, in `conn`."""
     document = queries.get_document(conn, document_id)
-    _require_status(document, (DocStatus.DRAFT,), "submit")
+    _require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
     now = utcnow()
     queries.insert_task(

@@ -58,7 +58,7 @@ def search(kb: Kb, query: str, limit: int = 10) -> list[SearchHit]:
             text=row.text,
             page=row.page,
             heading=row.heading,
-            snippet=row.snippet or _snippet(row.text, plan.substrings),
+            snippet=row.snippet or _snippet(row.text, plan.trigrams + plan.substrings),
         )
         for row in rows
     ]

@@ -12,6 +12,8 @@ from kb_cli.db import utcnow
 from kb_cli.errors import BusyError, ConflictError
 from kb_cli.lifecycle import (
     CANCELLABLE,
+    RETRYABLE_DOC,
+    RETRYABLE_TASK,
     TERMINAL_TASK_STATUSES,
     DocStatus,
     Stage,
@@ -82,6 +84,7 @@ def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
             TaskStatus.CANCELLED,
             actor=kb.actor,
             action="cancel",
+            required=True,
             lease_expires_at=None,
             retry_at=None,
             updated_at=now,
@@ -97,6 +100,7 @@ def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
                 DocStatus.DRAFT,
                 actor=kb.actor,
                 action="cancel",
+                required=True,
                 detail=f"task {task_id}",
                 updated_at=now,
             )
@@ -139,7 +143,7 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
     document = queries.get_document(conn, task.document_id)
     if document is None:
         raise ConflictError(f"cannot retry task {task_id}: its document no longer exists")
-    if task.status != TaskStatus.FAILED or document.status != DocStatus.FAILED:
+    if task.status not in RETRYABLE_TASK or document.status not in RETRYABLE_DOC:
         raise ConflictError(
             f"cannot retry task {task_id}: task is {task.status} and document is "
             f"{document.status}; only failed tasks of failed documents can be retried"
@@ -153,6 +157,7 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
         TaskStatus.QUEUED,
         actor=actor,
         action="retry",
+        required=True,
         detail=f"was {task.error_code}",
         stage=Stage.DOWNLOAD,
         completed=0,
@@ -171,6 +176,7 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
         DocStatus.PROCESSING,
         actor=actor,
         action="retry",
+        required=True,
         detail=f"task {task_id}",
         updated_at=now,
     )

@@ -1,0 +1,26 @@
+"""Schema migrations (Alembic), for SQLite and PostgreSQL alike.
+
+Every command checks the schema version with one cheap query; Alembic itself is
+imported only when a database must be created or upgraded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Connection
+
+# Oldest first. A database at a revision not listed here was made by a newer kb.
+REVISIONS = ("0001", "0002")
+HEAD = REVISIONS[-1]
+
+
+def upgrade(conn: Connection, target: str = HEAD) -> None:
+    """Run the migrations up to `target` inside the caller's transaction."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent))
+    config.attributes["connection"] = conn
+    command.upgrade(config, target)
