@@ -44,6 +44,10 @@ def get_engine(url: str, busy_timeout_seconds: float) -> Engine:
         ) from None
 
 
+class DatabaseUnavailable(InternalError):
+    """The database server cannot be reached, or the connection to it was lost."""
+
+
 class SchemaError(KbError):
     """The database schema does not match this version of kb."""
 
@@ -88,7 +92,7 @@ class Database:
                     "cannot open the SQLite database file: does its directory exist, "
                     "and may kb write there?"
                 ) from error
-            raise InternalError(
+            raise DatabaseUnavailable(
                 f"cannot reach the database server ({type(error.orig).__name__})"
             ) from error
 
@@ -100,7 +104,7 @@ class Database:
             if self.engine_module.is_lock_error(error):
                 raise BusyError(BUSY_MESSAGE) from error
             if isinstance(error, exc.OperationalError) and not self.is_sqlite:
-                raise InternalError(
+                raise DatabaseUnavailable(
                     "lost the connection to the database server "
                     f"({type(error.orig).__name__}); run again when it is back"
                 ) from error

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Row
 
 from kb_cli import queries
 from kb_cli.chunking import ChunkText, chunk_blocks
-from kb_cli.db import format_stamp, parse_stamp, utcnow
+from kb_cli.db import DatabaseUnavailable, format_stamp, parse_stamp, utcnow
 from kb_cli.errors import BusyError, KbError
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import TaskRecord, WorkResult
@@ -284,6 +284,13 @@ class Worker:
             run.fail(failure.code, failure.detail)
         except BusyError as error:
             run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error), transient=True)
+        except DatabaseUnavailable as error:
+            # Not the task's fault, and nothing can be written now: leave the claim to
+            # expire, so that another worker (or this one, restarted) takes it over.
+            raise DatabaseUnavailable(
+                f"{error.message}; task {claim.task.id} stays claimed until its lease "
+                "expires, then another worker takes it over"
+            ) from error
         except Exception as error:  # a bug or an unforeseen input: fail, do not hang
             run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error))
         finally:

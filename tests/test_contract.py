@@ -82,7 +82,7 @@ def clean_env(keep_engine: bool = True, **values: str | Path | None) -> dict[str
     env = kb_env()
     for name in (*STRIPPED, "KB_HOME"):
         env.pop(name, None)
-    if keep_engine and ON_POSTGRES:
+    if keep_engine and ON_POSTGRES and "DATABASE_URL" in os.environ:  # not in module fixtures
         env["DATABASE_URL"] = os.environ["DATABASE_URL"]
     for name, value in values.items():
         if value is not None:

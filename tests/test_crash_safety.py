@@ -13,7 +13,7 @@ import pytest
 from kb_cli.config import resolve_settings
 from kb_cli.services import doctor
 from kb_cli.services.context import Kb
-from tests.conftest import db_rows, run_kb, start_kb
+from tests.conftest import ON_POSTGRES, db_rows, run_kb, start_kb
 
 STAGES = ["download", "parse", "embedding", "indexing", "finalizing"]
 
@@ -196,9 +196,10 @@ def test_damaged_pdf_fails_once_without_automatic_retry(tmp_path, kb_home):
     assert task_row(kb_home, task["task_id"])["attempt"] == 1
 
 
-def test_eight_workers_drain_three_hundred_documents_exactly_once(tmp_path, kb_home):
+def test_eight_workers_drain_many_documents_exactly_once(tmp_path, kb_home):
+    count = 1000 if ON_POSTGRES else 300
     paths = []
-    for i in range(300):
+    for i in range(count):
         path = tmp_path / f"d{i}.md"
         path.write_text(f"# Note {i}\n\nBody of note {i}.\n")
         paths.append(str(path))
@@ -212,7 +213,7 @@ def test_eight_workers_drain_three_hundred_documents_exactly_once(tmp_path, kb_h
         claimed += [r["task_id"] for r in map(json.loads, out.splitlines()) if r["claimed"]]
     assert sorted(claimed) == sorted(task["task_id"] for task in submitted)
     rows = db_rows("SELECT status, attempt, count(*) AS n FROM ingestion_tasks GROUP BY 1, 2")
-    assert rows == [{"status": "succeeded", "attempt": 1, "n": 300}]
+    assert rows == [{"status": "succeeded", "attempt": 1, "n": count}]
     doctor_is_clean()
 
 
@@ -238,3 +239,34 @@ def test_doctor_finds_and_repairs_what_is_safe(tmp_path, kb_home):
     assert not orphan.exists()
     assert task_row(kb_home, task["task_id"])["status"] == "queued"
     doctor_is_clean()
+
+
+@pytest.mark.skipif(not ON_POSTGRES, reason="a PostgreSQL server connection")
+def test_worker_that_loses_its_database_connection_exits_and_is_reclaimed(tmp_path, kb_home):
+    from sqlalchemy import create_engine, text
+
+    task = submit_text(tmp_path, paragraphs=4)
+    worker = start_kb(
+        "work", "--worker-id", "cut-off", "--lease-seconds", "1", "--stage-delay", "0.3"
+    )
+    wait_for_stage(kb_home, task["task_id"], "embedding")
+    database = os.environ["DATABASE_URL"].rsplit("/", 1)[1]
+    admin = create_engine(os.environ["KB_TEST_POSTGRES_URL"], isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false"))
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"),
+            {"name": database},
+        )
+        try:
+            _, err = worker.communicate(timeout=30)
+        finally:
+            conn.execute(text(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true"))
+    admin.dispose()
+    assert worker.returncode == 1
+    assert "database server" in err and "Traceback" not in err
+    assert "lease expires" in err
+    assert task_row(kb_home, task["task_id"])["status"] == "running"
+    time.sleep(1.2)
+    rescued = run_kb("work", "--json").record["task"]
+    assert rescued["status"] == "succeeded" and rescued["attempt"] == 2
