@@ -666,6 +666,89 @@ def fill_chunks(home: Path, count: int) -> None:
     conn.close()
 
 
+# --- 8. claims per second, per engine -----------------------------------------------------
+
+
+CLAIMER = """
+import sys, time
+from kb_cli.config import resolve_settings
+from kb_cli.services.context import Kb
+from kb_cli.worker import Worker, WorkerOptions
+kb = Kb.open(resolve_settings(sys.argv[1], sys.argv[2], None), actor="bench")
+worker = Worker(kb, WorkerOptions(worker_id=sys.argv[3]))
+claims = 0
+while worker._claim(None) is not None:
+    claims += 1
+print(claims)
+"""
+
+
+def claims_per_second(work: Path, sizes: Sizes) -> list[Row]:
+    """Claim transactions only (no parsing): how fast N processes can take tasks."""
+    engines = [("sqlite", None)]
+    if os.environ.get("KB_BENCH_POSTGRES_URL"):
+        engines.append(("postgresql", os.environ["KB_BENCH_POSTGRES_URL"]))
+    tasks = max(200, sizes.tiny_docs)
+    rows = []
+    for engine, admin_url in engines:
+        rates = {}
+        for workers in (1, 2, 4, 8):
+            home = Path(tempfile.mkdtemp(dir=work)) / "home"
+            url = fresh_database(admin_url) if admin_url else f"sqlite:///{home}/kb.sqlite3"
+            extra = {"DATABASE_URL": url}
+            fill_queue(home, tasks, extra)
+            start = time.perf_counter()
+            procs = [
+                subprocess.Popen(
+                    [PY, "-c", CLAIMER, str(home), url, f"c{i}"],
+                    env=env_for(home, **extra),
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for i in range(workers)
+            ]
+            claimed = sum(int(proc.communicate()[0]) for proc in procs)
+            elapsed = time.perf_counter() - start
+            if claimed != tasks:
+                raise RuntimeError(f"{engine}: {claimed} claims for {tasks} tasks")
+            rates[workers] = tasks / elapsed
+        for workers, rate in rates.items():
+            rows.append(
+                Row(
+                    "8 claims/s",
+                    f"{engine}, {workers} claiming processes",
+                    rate,
+                    rates[1],
+                    "claims/s",
+                    "reported",
+                    "claim transactions only; includes process start-up",
+                )
+            )
+    return rows
+
+
+def fill_queue(home: Path, count: int, extra: dict[str, str]) -> None:
+    folder = home.parent / "q"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        (folder / f"q{i}.txt").write_text(f"queued {i}")
+        paths.append(str(folder / f"q{i}.txt"))
+    for start in range(0, count, 500):
+        kb(home, "upload", *paths[start : start + 500], "--submit", **extra)
+
+
+def fresh_database(admin_url: str) -> str:
+    from sqlalchemy import create_engine, text
+
+    name = f"kbbench_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return admin_url.rsplit("/", 1)[0] + f"/{name}"
+
+
 # --- running and reporting -----------------------------------------------------------------
 
 
@@ -677,6 +760,7 @@ CASES = {
     "cli": cli_latency,
     "amplification": write_amplification,
     "search": search_latency,
+    "claims": claims_per_second,
 }
 
 
@@ -708,7 +792,9 @@ def main() -> None:
             if args.only and name not in args.only:
                 continue
             print(f"running {name} ...", file=sys.stderr, flush=True)
-            rows += case(Path(scratch), sizes)
+            new_rows = case(Path(scratch), sizes)
+            print(render(new_rows).split("\n", 2)[2], file=sys.stderr, flush=True)
+            rows += new_rows
     print(render(rows))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
