@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.docgen import make_pdf, paged_text  # noqa: E402
+from tests.docgen import VOCABULARY, make_pdf, paged_text  # noqa: E402
 
 PY = sys.executable
 
@@ -611,23 +611,6 @@ def search_latency(work: Path, sizes: Sizes) -> list[Row]:
 def fill_chunks(home: Path, count: int) -> None:
     kb(home, "status")
     conn = sqlite3.connect(home / "kb.sqlite3")
-    vocabulary = [
-        "retention",
-        "policy",
-        "archive",
-        "ledger",
-        "invoice",
-        "contract",
-        "review",
-        "audit",
-        "quarterly",
-        "storage",
-        "backup",
-        "customer",
-        "region",
-        "latency",
-        "budget",
-    ]
     chinese = "知识库入库流程审核发布检索错误码文档上传草稿任务解析切分索引"
     per_doc = 50
     docs, chunks = [], []
@@ -653,7 +636,7 @@ def fill_chunks(home: Path, count: int) -> None:
         )
         for c in range(per_doc):
             n = d * per_doc + c
-            words = " ".join(vocabulary[(n * 7 + i * 3) % len(vocabulary)] for i in range(60))
+            words = " ".join(VOCABULARY[(n * 7 + i * 3) % len(VOCABULARY)] for i in range(60))
             zh = "".join(chinese[(n + i) % len(chinese)] for i in range(40))
             chunks.append((doc_id, 1, c, "t", f"{words} {zh}", None, None))
     conn.executemany("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", docs)

@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 from kb_cli import queries
 from kb_cli.db import utcnow
 from kb_cli.errors import ConflictError, InternalError
-from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_task_transition
+from kb_cli.lifecycle import DocStatus, Stage, TaskStatus, is_legal_task_transition
 
 
 def audit_event(
@@ -90,4 +90,43 @@ def move_document(
         )
     elif required:
         raise ConflictError(f"document {document.id} changed meanwhile; read it again and retry")
+    return moved
+
+
+def requeue_task(
+    conn: Connection,
+    task: Any,
+    *,
+    actor: str,
+    action: str,
+    detail: str | None = None,
+    fence: tuple[str, int] | None = None,
+    required: bool = False,
+    **values: Any,
+) -> bool:
+    """Back to `queued` / `download` / 0 / 0 with no claim, attempt kept, and no chunks
+    of the abandoned run left behind (retry, graceful release, doctor's repair)."""
+    reset = {
+        "stage": Stage.DOWNLOAD,
+        "completed": 0,
+        "total": 0,
+        "worker_id": None,
+        "lease_expires_at": None,
+        "retry_at": None,
+        "error_code": None,
+        "error_detail": None,
+    }
+    moved = move_task(
+        conn,
+        task,
+        TaskStatus.QUEUED,
+        actor=actor,
+        action=action,
+        detail=detail,
+        fence=fence,
+        required=required,
+        **{**reset, **values},
+    )
+    if moved:
+        queries.delete_task_chunks(conn, task.id)
     return moved

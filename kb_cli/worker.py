@@ -29,7 +29,7 @@ from kb_cli.errors import BusyError, KbError
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import TaskRecord, WorkResult
 from kb_cli.services.context import Kb, resolve_task_id
-from kb_cli.transitions import move_document, move_task
+from kb_cli.transitions import move_document, move_task, requeue_task
 
 DETAIL_LIMIT = 500
 BACKOFF_CAP_SECONDS = 3600.0
@@ -551,22 +551,14 @@ class _Run:
         """Graceful stop: back to queued (attempt kept), with no chunks left behind."""
         with self.kb.db.write() as conn:
             current = queries.get_task(conn, self.task_id)
-            moved = move_task(
+            moved = requeue_task(
                 conn,
                 current,
-                TaskStatus.QUEUED,
                 actor=self.options.worker_id,
                 action="release",
                 detail="worker stopped by a signal",
                 fence=self.claim.fence,
-                stage=Stage.DOWNLOAD,
-                completed=0,
-                total=0,
-                worker_id=None,
-                lease_expires_at=None,
             )
-            if moved:
-                queries.delete_task_chunks(conn, self.task_id)
         if moved:
             self.worker.listener.released(self.task_id)
         else:

@@ -86,28 +86,30 @@ def make_docx(heading: str, paragraphs: list[str], table: list[list[str]] | None
     return out.getvalue()
 
 
+VOCABULARY = [
+    "retention",
+    "policy",
+    "archive",
+    "ledger",
+    "invoice",
+    "contract",
+    "review",
+    "audit",
+    "quarterly",
+    "storage",
+    "backup",
+    "customer",
+    "region",
+    "latency",
+    "budget",
+]
+
+
 def paged_text(pages: int, words_per_page: int = 120, seed: str = "ingest") -> list[str]:
     """Deterministic English-looking pages with a findable marker on each."""
-    vocabulary = [
-        "retention",
-        "policy",
-        "archive",
-        "ledger",
-        "invoice",
-        "contract",
-        "review",
-        "audit",
-        "quarterly",
-        "storage",
-        "backup",
-        "customer",
-        "region",
-        "latency",
-        "budget",
-    ]
     out = []
     for page in range(pages):
-        words = [vocabulary[(page * 7 + i * 3) % len(vocabulary)] for i in range(words_per_page)]
+        words = [VOCABULARY[(page * 7 + i * 3) % len(VOCABULARY)] for i in range(words_per_page)]
         lines = [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]
         out.append("\n".join([f"{seed} page marker p{page + 1}", *lines]))
     return out

@@ -11,24 +11,9 @@ from hypothesis import strategies as st
 
 from kb_cli.chunking import OVERLAP_CHARS, TARGET_CHARS, ChunkText, chunk_blocks
 from kb_cli.parsers import Block
+from tests.docgen import VOCABULARY
 
-WORDS = [
-    "retention",
-    "policy",
-    "archive",
-    "ledger",
-    "invoice",
-    "contract",
-    "review",
-    "audit",
-    "quarterly",
-    "storage",
-    "backup",
-    "customer",
-    "region",
-    "latency",
-    "budget",
-]
+WORDS = VOCABULARY
 
 
 def english(sentences: int, seed: int = 0, words: int = 11) -> str:

@@ -9,10 +9,10 @@ from sqlalchemy import Connection, select
 
 from kb_cli import queries
 from kb_cli.db import utcnow
-from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, Stage, TaskStatus, is_legal_pair
+from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus, is_legal_pair
 from kb_cli.models import chunks, documents, tasks
 from kb_cli.services.context import Kb
-from kb_cli.transitions import move_task
+from kb_cli.transitions import requeue_task
 
 # An object younger than this may belong to an upload whose row is not committed yet.
 ORPHAN_GRACE_SECONDS = 600
@@ -181,20 +181,11 @@ def _requeue_abandoned(kb: Kb, task_id: str) -> bool:
         task = queries.get_task(conn, task_id)
         if task is None or task.status != TaskStatus.RUNNING or task.lease_expires_at >= utcnow():
             return False
-        moved = move_task(
+        return requeue_task(
             conn,
             task,
-            TaskStatus.QUEUED,
             actor="doctor",
             action="release",
             detail=f"lease of {task.worker_id} expired",
             fence=(task.worker_id, task.attempt),
-            stage=Stage.DOWNLOAD,
-            completed=0,
-            total=0,
-            worker_id=None,
-            lease_expires_at=None,
         )
-        if moved:
-            queries.delete_task_chunks(conn, task_id)
-        return moved

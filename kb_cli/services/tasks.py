@@ -16,13 +16,12 @@ from kb_cli.lifecycle import (
     RETRYABLE_TASK,
     TERMINAL_TASK_STATUSES,
     DocStatus,
-    Stage,
     TaskStatus,
 )
 from kb_cli.records import DocumentRecord, TaskRecord
 from kb_cli.services.context import Kb, resolve_id, resolve_task_id
 from kb_cli.services.documents import document_record
-from kb_cli.transitions import move_document, move_task
+from kb_cli.transitions import move_document, move_task, requeue_task
 
 WAIT_POLL_SECONDS = 0.2
 
@@ -151,22 +150,13 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
     if document.latest_task_id != task_id:
         raise ConflictError(f"task {task_id} is not the latest task of its document")
     now = utcnow()
-    move_task(
+    requeue_task(
         conn,
         task,
-        TaskStatus.QUEUED,
         actor=actor,
         action="retry",
         required=True,
         detail=f"was {task.error_code}",
-        stage=Stage.DOWNLOAD,
-        completed=0,
-        total=0,
-        error_code=None,
-        error_detail=None,
-        worker_id=None,
-        lease_expires_at=None,
-        retry_at=None,
         revision=document.revision,
         updated_at=now,
     )
