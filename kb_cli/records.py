@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class TaskRecord:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(self.__dict__)  # flat: no need for asdict's deep copy
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class DocumentRecord:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = dict(self.__dict__)
         data["latest_task"] = self.latest_task.to_dict() if self.latest_task else None
         return data
 
@@ -120,7 +120,7 @@ class SearchHit:
     snippet: str
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -140,4 +140,4 @@ class AuditRecord:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(self.__dict__)
