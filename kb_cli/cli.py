@@ -531,6 +531,7 @@ def user_add(
 
 @app.command()
 def demo(
+    ctx: typer.Context,
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the temporary home to explore it afterwards.")
     ] = False,
@@ -540,12 +541,13 @@ def demo(
 
     Two worker processes race for every task, a damaged PDF fails and is retried after a
     fix, one task is cancelled mid-run, the rest is published and searched. Your own
-    home and database are not touched.
+    documents are not touched; once an admin exists, the demo needs an admin token.
 
     Example: kb demo
     """
     from kb_cli.services.demo import run_demo
 
+    _open(ctx)  # like every command, it needs the caller's permission (admin)
     show = console.write_json if json_out else console.DemoLog()
     outcomes = run_demo(show, keep=keep)
     if json_out:

@@ -175,21 +175,24 @@ class Worker:
 
     def run_once(self, task_ref: str | None = None) -> WorkResult:
         worker_id = self.options.worker_id
-        claim = self._claim(task_ref)
+        task_id = None
+        if task_ref is not None:  # a prefix is resolved first, so logs carry the full id
+            with self.kb.db.read() as conn:
+                task_id = resolve_task_id(conn, task_ref)
+        claim = self._claim(task_id)
         if claim is None:
-            self.listener.missed(task_ref)
-            return WorkResult(False, worker_id, task_ref, None)
+            self.listener.missed(task_id)
+            return WorkResult(False, worker_id, task_id, None)
         record = self._execute(claim)
         return WorkResult(True, worker_id, claim.task.id, record)
 
     # --- claiming ------------------------------------------------------------------
 
-    def _claim(self, task_ref: str | None) -> _Claim | None:
+    def _claim(self, task_id: str | None) -> _Claim | None:
         """Take the named or the oldest claimable task in one immediate transaction."""
         given_up: list[tuple[str, str]] = []  # reported once the transaction commits
         claim = None
         with self.kb.db.write() as conn:
-            task_id = resolve_task_id(conn, task_ref) if task_ref is not None else None
             while (task := self._candidate(conn, task_id, now := utcnow())) is not None:
                 if task.status == TaskStatus.RUNNING and task.attempt >= self.options.max_attempts:
                     given_up.append(self._fail_lost_worker(conn, task))

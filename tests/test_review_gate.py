@@ -311,3 +311,8 @@ def test_cli_subprocess_respects_tokens(tmp_path):
     admin = run_kb("user", "add", "root", "--role", "admin", "--json").record["token"]
     assert run_kb("status", "--json").code == 5
     assert run_kb("status", "--json", env=kb_env(KB_TOKEN=admin)).code == 0
+
+
+def test_demo_needs_an_admin_once_one_exists(invoke, team):
+    assert invoke("demo", "--json", token=team["viewer"]).code == 5
+    assert invoke("demo", "--json").code == 5

@@ -97,3 +97,12 @@ def test_a_locked_database_is_busy_and_changes_nothing(tmp_path, kb_home):
         result = run_kb("cancel", task["task_id"], "--json", env=kb_env(KB_BUSY_TIMEOUT="0.2"))
     assert result.code == 7 and result.error["error"] == "busy"
     assert run_kb("status", task["task_id"], "--json").record["status"] == "queued"
+
+
+def test_a_missed_claim_by_prefix_logs_the_full_task_id(tmp_path):
+    [task] = upload(tmp_path, 1)
+    assert run_kb("work").code == 0
+    missed = run_kb("work", task["task_id"][:8], "--json")
+    assert missed.code == 0 and missed.record["claimed"] is False
+    assert missed.record["task_id"] == task["task_id"]
+    assert f"claim missed task={task['task_id']} worker=" in missed.stderr
