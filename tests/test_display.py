@@ -26,7 +26,7 @@ def terminal_env() -> dict[str, str]:
     return env
 
 
-def run_in_terminal(*args: str, timeout: float = 60) -> tuple[int, str]:
+def run_in_terminal(*args: str, timeout: float = 60, **env: str) -> tuple[int, str]:
     """Run `kb` with stdin, stdout and stderr on a pseudo-terminal; return the screen text."""
     leader, follower = pty.openpty()
     process = subprocess.Popen(
@@ -34,7 +34,7 @@ def run_in_terminal(*args: str, timeout: float = 60) -> tuple[int, str]:
         stdin=follower,
         stdout=follower,
         stderr=follower,
-        env=terminal_env(),
+        env={**terminal_env(), **env},
         close_fds=True,
     )
     os.close(follower)
@@ -99,33 +99,11 @@ def test_work_in_a_pipe_prints_exactly_the_contract_lines(tmp_path):
 
 
 @pytest.mark.parametrize("variable", [{"CI": "true"}, {"NO_COLOR": "1"}])
-def test_ci_or_no_color_means_plain_output_even_on_a_terminal(tmp_path, monkeypatch, variable):
+def test_ci_or_no_color_means_plain_output_even_on_a_terminal(tmp_path, variable):
     submit(tmp_path)
-    for name, value in variable.items():
-        monkeypatch.setenv(name, value)
-    leader, follower = pty.openpty()
-    env = kb_env(**variable)
-    process = subprocess.run(
-        [sys.executable, "-m", "kb_cli", "work"],
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=env,
-        timeout=60,
-    )
-    os.close(follower)
-    output = b""
-    while select.select([leader], [], [], 0.2)[0]:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        output += data
-    os.close(leader)
-    assert process.returncode == 0
-    assert b"\x1b[" not in output and b"claimed task=" in output
+    code, screen = run_in_terminal("work", **variable)
+    assert code == 0
+    assert "\x1b[" not in screen and "claimed task=" in screen
 
 
 def test_status_wait_follows_another_process_live(tmp_path):
