@@ -149,7 +149,7 @@ class Database:
     def schema_version(self, conn: Connection) -> str | None:
         if not conn.exec_driver_sql(self.engine_module.VERSION_TABLE_EXISTS).scalar():
             return None
-        return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+        return conn.exec_driver_sql("SELECT version_num FROM kb_schema_version").scalar()
 
     @staticmethod
     def _refuse_unknown(version: str | None) -> None:

@@ -218,6 +218,7 @@ _CLAIMABLE = or_(
 _NEXT_CLAIMABLE = select(tasks).where(_CLAIMABLE).order_by(tasks.c.created_at, tasks.c.id).limit(1)
 _NEXT_CLAIMABLE_SKIP_LOCKED = _NEXT_CLAIMABLE.with_for_update(skip_locked=True)
 _CLAIMABLE_TASK = select(tasks).where(tasks.c.id == bindparam("_id"), _CLAIMABLE)
+_CLAIMABLE_TASK_LOCKED = _CLAIMABLE_TASK.with_for_update()
 
 
 def next_claimable_task(conn: Connection, now: str, skip_locked: bool = False) -> Row | None:
@@ -226,8 +227,11 @@ def next_claimable_task(conn: Connection, now: str, skip_locked: bool = False) -
     return conn.execute(statement, {"_now": now}).first()
 
 
-def claimable_task(conn: Connection, task_id: str, now: str) -> Row | None:
-    return conn.execute(_CLAIMABLE_TASK, {"_id": task_id, "_now": now}).first()
+def claimable_task(conn: Connection, task_id: str, now: str, lock: bool = False) -> Row | None:
+    """The named task if it is claimable; with `lock` (PostgreSQL) its row stays locked
+    until the claim commits, so nobody finishes, renews or reclaims it in between."""
+    statement = _CLAIMABLE_TASK_LOCKED if lock else _CLAIMABLE_TASK
+    return conn.execute(statement, {"_id": task_id, "_now": now}).first()
 
 
 # --- chunks --------------------------------------------------------------------------

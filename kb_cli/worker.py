@@ -195,10 +195,12 @@ class Worker:
         with self.kb.db.write() as conn:
             while (task := self._candidate(conn, task_id, now := utcnow())) is not None:
                 if task.status == TaskStatus.RUNNING and task.attempt >= self.options.max_attempts:
-                    given_up.append(self._fail_lost_worker(conn, task))
-                    if task_id is None:
-                        continue  # look for the next claimable task
-                    break
+                    lost = self._fail_lost_worker(conn, task)
+                    if lost is None or task_id is not None:
+                        given_up += [lost] if lost else []
+                        break
+                    given_up.append(lost)
+                    continue  # look for the next claimable task
                 claim = self._take(conn, task, now)
                 break
         for lost_task_id, reason in given_up:
@@ -208,23 +210,26 @@ class Worker:
         return claim
 
     def _candidate(self, conn: Connection, task_id: str | None, now: str) -> Row | None:
+        # SQLite's BEGIN IMMEDIATE already excludes every other writer; PostgreSQL locks
+        # the candidate row itself.
+        lock = not self.kb.db.is_sqlite
         if task_id is not None:
-            return queries.claimable_task(conn, task_id, now)
-        return queries.next_claimable_task(conn, now, skip_locked=not self.kb.db.is_sqlite)
+            return queries.claimable_task(conn, task_id, now, lock=lock)
+        return queries.next_claimable_task(conn, now, skip_locked=lock)
 
     def _take(self, conn: Connection, task: Row, now: str) -> _Claim | None:
         """Claim (or reclaim) one claimable task in the caller's transaction."""
         reclaimed_from = None
         if task.status == TaskStatus.RUNNING:
             reclaimed_from = task.worker_id
-            # Whatever the lost worker wrote belongs to a dead attempt.
-            queries.delete_task_chunks(conn, task.id)
         moved = move_task(
             conn,
             task,
             TaskStatus.RUNNING,
             actor=self.options.worker_id,
             action="reclaim" if reclaimed_from else "claim",
+            # A reclaim takes over exactly the lost claim it read, never a newer one.
+            fence=(task.worker_id, task.attempt) if reclaimed_from else None,
             detail=(
                 f"lease of {reclaimed_from} expired at {task.lease_expires_at}"
                 if reclaimed_from
@@ -241,30 +246,34 @@ class Worker:
             error_detail=None,
             updated_at=now,
         )
-        if not moved:  # cannot happen under BEGIN IMMEDIATE / SKIP LOCKED; be safe
+        if not moved:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
             return None
+        if reclaimed_from:
+            queries.delete_task_chunks(conn, task.id)  # they belong to the dead attempt
         return _Claim(
             queries.get_task(conn, task.id),
             queries.get_document(conn, task.document_id),
             reclaimed_from,
         )
 
-    def _fail_lost_worker(self, conn: Connection, task: Row) -> tuple[str, str]:
+    def _fail_lost_worker(self, conn: Connection, task: Row) -> tuple[str, str] | None:
         detail = (
             f"WorkerLost: worker {task.worker_id} stopped heartbeating; "
             f"{task.attempt} of {self.options.max_attempts} attempts used"
         )
-        move_task(
+        if not move_task(
             conn,
             task,
             TaskStatus.FAILED,
             actor=self.options.worker_id,
             action="fail",
             detail=detail,
+            fence=(task.worker_id, task.attempt),
             error_code=ErrorCode.WORKER_LOST,
             error_detail=detail,
             lease_expires_at=None,
-        )
+        ):
+            return None
         queries.delete_task_chunks(conn, task.id)
         self._move_document_with(conn, task, DocStatus.FAILED, "fail")
         return task.id, detail

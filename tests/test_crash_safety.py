@@ -13,7 +13,7 @@ import pytest
 from kb_cli.config import resolve_settings
 from kb_cli.services import doctor
 from kb_cli.services.context import Kb
-from tests.conftest import ON_POSTGRES, db_rows, run_kb, start_kb
+from tests.conftest import ON_POSTGRES, db_rows, run_kb, start_kb, write_lock_held
 
 STAGES = ["download", "parse", "embedding", "indexing", "finalizing"]
 
@@ -270,3 +270,27 @@ def test_worker_that_loses_its_database_connection_exits_and_is_reclaimed(tmp_pa
     time.sleep(1.2)
     rescued = run_kb("work", "--json").record["task"]
     assert rescued["status"] == "succeeded" and rescued["attempt"] == 2
+
+
+def test_two_workers_reclaiming_the_same_task_by_name_only_one_wins(tmp_path, kb_home):
+    task = submit_text(tmp_path)
+    victim = start_kb(
+        "work", "--worker-id", "victim", "--lease-seconds", "1", "--stage-delay", "0.15"
+    )
+    wait_for_stage(kb_home, task["task_id"], "parse")
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=10)
+    time.sleep(1.2)  # the lease has expired: the task is claimable again
+    with write_lock_held(task["task_id"]):  # both claimers queue behind this lock
+        racers = [
+            start_kb("work", task["task_id"], "--worker-id", name, "--json")
+            for name in ("r1", "r2")
+        ]
+        time.sleep(1.5)
+    results = [json.loads(racer.communicate(timeout=60)[0]) for racer in racers]
+    assert sorted(result["claimed"] for result in results) == [False, True]
+    [winner] = [result for result in results if result["claimed"]]
+    assert winner["task"]["status"] == "succeeded" and winner["task"]["attempt"] == 2
+    reclaims = db_rows("SELECT id FROM audit_events WHERE action = 'reclaim'")
+    assert len(reclaims) == 1
+    doctor_is_clean()

@@ -59,7 +59,7 @@ def test_a_newer_schema_is_refused_with_a_clear_error():
     settings = resolve_settings()
     database = Database(settings.database_url, settings.busy_timeout_seconds)
     with database.write() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+        conn.execute(text("UPDATE kb_schema_version SET version_num = '9999'"))
     result = run_kb("status", "--json")
     assert result.code == 1
     assert "newer than this kb knows" in result.error["message"]

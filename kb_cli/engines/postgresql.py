@@ -13,7 +13,8 @@ from sqlalchemy import create_engine as sa_create_engine
 from kb_cli.queries import escape_like
 
 SKIP_LOCKED = True
-VERSION_TABLE_EXISTS = "SELECT count(*) FROM pg_tables WHERE tablename = 'alembic_version'"
+# to_regclass follows the search_path, as the queries that use the table do.
+VERSION_TABLE_EXISTS = "SELECT to_regclass('kb_schema_version') IS NOT NULL"
 _MIGRATION_LOCK = 4_710_001  # any constant: one migrating process at a time
 
 

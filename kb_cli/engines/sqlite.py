@@ -15,7 +15,7 @@ from kb_cli import queries
 WRITE_OPTION = "kb_write"
 SKIP_LOCKED = False  # BEGIN IMMEDIATE already serialises claimers
 VERSION_TABLE_EXISTS = (
-    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'kb_schema_version'"
 )
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import Connection
 # Oldest first. A database at a revision not listed here was made by a newer kb.
 REVISIONS = ("0001", "0002")
 HEAD = REVISIONS[-1]
+VERSION_TABLE = "kb_schema_version"
 
 
 def upgrade(conn: Connection, target: str = HEAD) -> None:
