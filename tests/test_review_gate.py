@@ -316,3 +316,13 @@ def test_cli_subprocess_respects_tokens(tmp_path):
 def test_demo_needs_an_admin_once_one_exists(invoke, team):
     assert invoke("demo", "--json", token=team["viewer"]).code == 5
     assert invoke("demo", "--json").code == 5
+
+
+@pytest.mark.parametrize(
+    "query", ["the", "cafe", "resume", "example.com", "user@example.com", "v2", "to be or not"]
+)
+def test_search_sees_the_same_words_on_every_engine(invoke, tmp_path, query):
+    text = "Café résumé: the example.com host, v2.0, user@example.com. To be or not to be."
+    task = ingest(invoke, tmp_path, "words.txt", text)
+    publish(invoke, task["document_id"])
+    assert [hit["filename"] for hit in hits(invoke, query)] == ["words.txt"]

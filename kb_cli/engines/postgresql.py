@@ -37,9 +37,17 @@ def lock_for_migration(conn: Connection) -> None:
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
 
 
+# Words as SQLite's FTS5 index sees them: punctuation splits words (example.com is
+# "example" and "com"), accents are dropped, English is stemmed, no stopwords.
+WORDS = "to_tsvector('kb_english', regexp_replace({text}, '[^[:alnum:]]+', ' ', 'g'))"
 SEARCH_SCHEMA = [
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
-    "CREATE INDEX ix_chunks_words ON chunks USING gin (to_tsvector('english', text))",
+    "CREATE EXTENSION IF NOT EXISTS unaccent",
+    "CREATE TEXT SEARCH DICTIONARY kb_english_stem (TEMPLATE = snowball, Language = english)",
+    "CREATE TEXT SEARCH CONFIGURATION kb_english (COPY = simple)",
+    "ALTER TEXT SEARCH CONFIGURATION kb_english ALTER MAPPING FOR asciiword, asciihword, "
+    "hword_asciipart, word, hword, hword_part WITH unaccent, kb_english_stem",
+    f"CREATE INDEX ix_chunks_words ON chunks USING gin ({WORDS.format(text='text')})",
     "CREATE INDEX ix_chunks_trigrams ON chunks USING gin (text gin_trgm_ops)",
 ]
 
@@ -52,10 +60,12 @@ def search_statement(
     filters = []
     if words:
         params["words"] = " ".join(words)
-        filters.append("to_tsvector('english', c.text) @@ plainto_tsquery('english', :words)")
-        score = "ts_rank(to_tsvector('english', c.text), plainto_tsquery('english', :words))"
+        words_of_chunk = WORDS.format(text="c.text")
+        query = "plainto_tsquery('kb_english', :words)"
+        filters.append(f"{words_of_chunk} @@ {query}")
+        score = f"ts_rank({words_of_chunk}, {query})"
         snippet = (
-            "ts_headline('english', c.text, plainto_tsquery('english', :words), "
+            f"ts_headline('kb_english', c.text, {query}, "
             "'StartSel=[, StopSel=], MaxWords=24, MinWords=8')"
         )
     else:
