@@ -37,14 +37,19 @@ MIN_PREFIX = 6
 # compiled forms, which takes most of its per-statement overhead off every task.
 _GET_DOCUMENT = select(documents).where(documents.c.id == bindparam("_id"))
 _GET_TASK = select(tasks).where(tasks.c.id == bindparam("_id"))
+# For a read that a guarded update in the same transaction depends on: PostgreSQL locks
+# the row until commit (SQLite needs nothing: BEGIN IMMEDIATE, and SQLAlchemy leaves
+# FOR UPDATE out of its SQL), so the update never finds the row changed meanwhile.
+_LOCK_DOCUMENT = _GET_DOCUMENT.with_for_update()
+_LOCK_TASK = _GET_TASK.with_for_update()
 
 
-def get_document(conn: Connection, document_id: str) -> Row | None:
-    return conn.execute(_GET_DOCUMENT, {"_id": document_id}).first()
+def get_document(conn: Connection, document_id: str, lock: bool = False) -> Row | None:
+    return conn.execute(_LOCK_DOCUMENT if lock else _GET_DOCUMENT, {"_id": document_id}).first()
 
 
-def get_task(conn: Connection, task_id: str) -> Row | None:
-    return conn.execute(_GET_TASK, {"_id": task_id}).first()
+def get_task(conn: Connection, task_id: str, lock: bool = False) -> Row | None:
+    return conn.execute(_LOCK_TASK if lock else _GET_TASK, {"_id": task_id}).first()
 
 
 def get_tasks(conn: Connection, task_ids: Iterable[str]) -> dict[str, Row]:

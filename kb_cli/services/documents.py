@@ -62,7 +62,7 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
     [obj] = _store_all(kb, [upload])
     try:
         with kb.db.write() as conn:
-            document = queries.get_document(conn, document_id)
+            document = queries.get_document(conn, document_id, lock=True)
             _require_status(document, REPLACEABLE, "replace")
             # A published document goes back to draft; draft and failed keep their status
             # so that `retry` reprocesses a failed document with its new file.
@@ -104,7 +104,7 @@ def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -
     """review_pending -> published: move the published revision pointer in one step."""
     with kb.db.write() as conn:
         document_id = resolve_document_id(conn, document_ref)
-        document = queries.get_document(conn, document_id)
+        document = queries.get_document(conn, document_id, lock=True)
         _require_status(document, PUBLISHABLE, "publish")
         if if_version is not None and if_version != document.version:
             raise ConflictError(
@@ -221,7 +221,7 @@ def _insert_document(conn: Connection, actor: str, upload: _Upload, obj: StoredO
 
 def _submit(conn: Connection, actor: str, document_id: str) -> str:
     """draft -> processing with a new queued task and its outbox event, in `conn`."""
-    document = queries.get_document(conn, document_id)
+    document = queries.get_document(conn, document_id, lock=True)
     _require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
     now = utcnow()

@@ -73,7 +73,7 @@ def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
     """queued/running/retry_wait -> cancelled; the document goes back to draft."""
     with kb.db.write() as conn:
         task_id = resolve_task_id(conn, task_ref)
-        task = queries.get_task(conn, task_id)
+        task = queries.get_task(conn, task_id, lock=True)
         if task.status not in CANCELLABLE:
             raise ConflictError(f"cannot cancel task {task_id}: it is {task.status}")
         now = utcnow()
@@ -91,7 +91,7 @@ def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
         # Chunks a running worker already wrote go now, in this transaction; the worker
         # also notices the cancel at its next check and writes nothing more.
         queries.delete_task_chunks(conn, task_id)
-        document = queries.get_document(conn, task.document_id)
+        document = queries.get_document(conn, task.document_id, lock=True)
         if document is not None and document.status == DocStatus.PROCESSING:
             move_document(
                 conn,
@@ -138,8 +138,8 @@ def _task_id_for(conn: Connection, ref: str) -> str:
 
 
 def _requeue(conn: Connection, actor: str, task_id: str) -> None:
-    task = queries.get_task(conn, task_id)
-    document = queries.get_document(conn, task.document_id)
+    task = queries.get_task(conn, task_id, lock=True)
+    document = queries.get_document(conn, task.document_id, lock=True)
     if document is None:
         raise ConflictError(f"cannot retry task {task_id}: its document no longer exists")
     if task.status not in RETRYABLE_TASK or document.status not in RETRYABLE_DOC:
