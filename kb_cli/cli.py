@@ -547,13 +547,26 @@ def demo(
     """
     from kb_cli.services.demo import run_demo
 
-    _open(ctx)  # like every command, it needs the caller's permission (admin)
+    _authorize_demo(ctx)
     show = console.write_json if json_out else console.DemoLog()
     outcomes = run_demo(show, keep=keep)
     if json_out:
         console.print_records(outcomes, True)
     else:
         console.print_demo_summary(outcomes)
+
+
+def _authorize_demo(ctx: typer.Context) -> None:
+    """Like every command, the demo needs the caller's permission (admin) once an admin
+    exists; a SQLite database that does not exist yet has none, and is not created."""
+    from kb_cli.config import resolve_settings
+
+    options: Globals = ctx.find_root().obj
+    settings = resolve_settings(options.home, options.database_url, options.object_store)
+    url = settings.database_url
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        return
+    _open(ctx)
 
 
 db_app = typer.Typer(help="Database schema maintenance.")

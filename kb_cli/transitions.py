@@ -15,6 +15,16 @@ from kb_cli.db import utcnow
 from kb_cli.errors import ConflictError, InternalError
 from kb_cli.lifecycle import DocStatus, Stage, TaskStatus, is_legal_task_transition
 
+# Where a new run of a task starts: no progress, no error, no pending retry.
+FRESH_RUN = {
+    "stage": Stage.DOWNLOAD,
+    "completed": 0,
+    "total": 0,
+    "error_code": None,
+    "error_detail": None,
+    "retry_at": None,
+}
+
 
 def audit_event(
     actor: str,
@@ -106,16 +116,6 @@ def requeue_task(
 ) -> bool:
     """Back to `queued` / `download` / 0 / 0 with no claim, attempt kept, and no chunks
     of the abandoned run left behind (retry, graceful release, doctor's repair)."""
-    reset = {
-        "stage": Stage.DOWNLOAD,
-        "completed": 0,
-        "total": 0,
-        "worker_id": None,
-        "lease_expires_at": None,
-        "retry_at": None,
-        "error_code": None,
-        "error_detail": None,
-    }
     moved = move_task(
         conn,
         task,
@@ -125,7 +125,7 @@ def requeue_task(
         detail=detail,
         fence=fence,
         required=required,
-        **{**reset, **values},
+        **{**FRESH_RUN, "worker_id": None, "lease_expires_at": None, **values},
     )
     if moved:
         queries.delete_task_chunks(conn, task.id)

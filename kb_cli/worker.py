@@ -29,7 +29,7 @@ from kb_cli.errors import BusyError, KbError
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import TaskRecord, WorkResult
 from kb_cli.services.context import Kb, resolve_task_id
-from kb_cli.transitions import move_document, move_task, requeue_task
+from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
 
 DETAIL_LIMIT = 500
 BACKOFF_CAP_SECONDS = 3600.0
@@ -238,13 +238,8 @@ class Worker:
             worker_id=self.options.worker_id,
             attempt=task.attempt + 1,
             lease_expires_at=self._lease_from(now),
-            retry_at=None,
-            stage=Stage.DOWNLOAD,
-            completed=0,
-            total=0,
-            error_code=None,
-            error_detail=None,
             updated_at=now,
+            **FRESH_RUN,
         )
         if not moved:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
             return None

@@ -54,7 +54,7 @@ def resolve_id(conn: Connection, ref: str, *kinds: str) -> tuple[str, str]:
     if len(matches) > 1:
         raise InvalidInputError(f"id prefix {ref!r} is ambiguous; give more characters")
     if not matches:
-        noun = " or ".join(kind.rstrip("s").replace("task", "task") for kind in kinds)
+        noun = " or ".join(kind.rstrip("s") for kind in kinds)
         raise NotFoundError(f"no {noun} with id {ref!r}")
     return matches[0]
 
