@@ -1,17 +1,21 @@
-"""The only place that creates engines and transactions.
+"""The only place that opens database connections and transactions.
 
-`write()` opens a short write transaction (BEGIN IMMEDIATE on SQLite), `read()` a
-snapshot. What differs between engines lives in `kb_cli/engines/`.
+Statements go straight to the DB-API driver (sqlite3, psycopg), written once with
+`:name` parameters: importing SQLAlchemy costs more than a whole `kb status`, and its
+per-statement overhead dominated the worker's hot path. SQLAlchemy and Alembic are
+loaded only to create or upgrade the schema. `write()` opens a short write
+transaction (BEGIN IMMEDIATE on SQLite), `read()` a snapshot. What differs between
+engines lives in `kb_cli/engines/`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-
-from sqlalchemy import Connection, Engine, exc
+from typing import Any
 
 from kb_cli import engines
 from kb_cli.errors import BusyError, InternalError, KbError, UsageError
@@ -33,17 +37,6 @@ def parse_stamp(stamp: str) -> datetime:
 BUSY_MESSAGE = "the database stayed locked past the busy timeout; safe to run again"
 
 
-@functools.cache
-def get_engine(url: str, busy_timeout_seconds: float) -> Engine:
-    try:
-        return engines.for_url(url).create_engine(url, busy_timeout_seconds)
-    except ModuleNotFoundError as error:
-        raise UsageError(
-            f"the database driver {error.name!r} is not installed: use postgresql+psycopg://"
-            " and install kb-cli[postgres]"
-        ) from None
-
-
 class DatabaseUnavailable(InternalError):
     """The database server cannot be reached, or the connection to it was lost."""
 
@@ -55,62 +48,142 @@ class SchemaError(KbError):
     code = "internal_error"
 
 
+class Result:
+    """What a statement returned: rows with attribute access, or a row count."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    def first(self) -> Any:
+        return self._cursor.fetchone()
+
+    def all(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+    def scalar(self) -> Any:
+        row = self._cursor.fetchone()
+        return None if row is None else row[0]
+
+    def scalars(self) -> list[Any]:
+        return [row[0] for row in self._cursor.fetchall()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor)
+
+
+class Connection:
+    """One open transaction. Statements use `:name` parameters on every engine."""
+
+    __slots__ = ("engine", "raw")
+
+    def __init__(self, raw: Any, engine: Any) -> None:
+        self.raw = raw
+        self.engine = engine
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
+        return Result(self.engine.execute(self.raw, sql, params or {}))
+
+    def executemany(self, sql: str, rows: Iterable[Mapping[str, Any]]) -> Result:
+        return Result(self.engine.executemany(self.raw, sql, rows))
+
+
 class Database:
-    """Opens short transactions: `write()` for changes, `read()` for snapshots."""
+    """Opens short transactions: `write()` for changes, `read()` for snapshots.
+
+    Connections are kept per thread (the worker's heartbeat has its own) and reused;
+    one that lost its server is dropped, so the next transaction connects anew.
+    """
 
     def __init__(self, url: str, busy_timeout_seconds: float) -> None:
         self.url = url
-        self.engine_module = engines.for_url(url)
-        try:
-            self.engine = get_engine(url, busy_timeout_seconds)
-        except (ValueError, exc.ArgumentError) as error:
-            raise UsageError("the database URL is not valid") from error
+        self.busy_timeout_seconds = busy_timeout_seconds
+        self.engine = engines.for_url(url)
         self.is_sqlite = url.startswith("sqlite")
+        self._idle = threading.local()
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        with self._translate_errors(), self._connect() as conn:
-            conn = conn.execution_options(kb_write=True)
-            with conn.begin():
-                yield conn
+        with self._transaction(write=True) as conn:
+            yield conn
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        with self._translate_errors(), self._connect() as conn, conn.begin():
+        with self._transaction(write=False) as conn:
             yield conn
 
-    def _connect(self) -> Connection:
+    @contextmanager
+    def _transaction(self, write: bool) -> Iterator[Connection]:
+        raw = self._checkout()
+        reusable = True
         try:
-            return self.engine.connect()
-        except (ValueError, exc.ArgumentError) as error:
-            raise UsageError("the database URL is not valid") from error
-        except exc.OperationalError as error:
-            if self.engine_module.is_lock_error(error):
+            with self._translate_errors():
+                self.engine.begin(raw, write)
+                try:
+                    yield Connection(raw, self.engine)
+                    self.engine.commit(raw)
+                except BaseException:
+                    reusable = self._rollback(raw)
+                    raise
+        finally:
+            if reusable and not getattr(raw, "broken", False):
+                self._idle.connections.append(raw)
+            else:
+                self._discard(raw)
+
+    def _checkout(self) -> Any:
+        idle = self._idle.__dict__.setdefault("connections", [])
+        if idle:
+            return idle.pop()
+        try:
+            return self.engine.connect(self.url, self.busy_timeout_seconds)
+        except self.engine.Error as error:
+            if self.engine.is_lock_error(error):
                 raise BusyError(BUSY_MESSAGE) from error
+            message = self.engine.connect_error_message(error)
             if self.is_sqlite:
-                raise UsageError(
-                    "cannot open the SQLite database file: does its directory exist, "
-                    "and may kb write there?"
-                ) from error
-            raise DatabaseUnavailable(
-                f"cannot reach the database server ({type(error.orig).__name__})"
-            ) from error
+                raise UsageError(message) from error
+            raise DatabaseUnavailable(message) from error
+
+    def _rollback(self, raw: Any) -> bool:
+        """Roll back; False when the connection went with its transaction."""
+        try:
+            self.engine.rollback(raw)
+            return True
+        except self.engine.Error:
+            return False
+
+    @staticmethod
+    def _discard(raw: Any) -> None:
+        with contextlib.suppress(Exception):  # a dead connection may fail to close
+            raw.close()
+
+    def close(self) -> None:
+        """Close this thread's idle connections (other threads close theirs on exit)."""
+        for raw in self._idle.__dict__.pop("connections", []):
+            self._discard(raw)
 
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:
         try:
             yield
-        except exc.DBAPIError as error:
-            if self.engine_module.is_lock_error(error):
+        except self.engine.Error as error:
+            name = type(error).__name__
+            if self.engine.is_lock_error(error):
                 raise BusyError(BUSY_MESSAGE) from error
-            if isinstance(error, exc.OperationalError) and not self.is_sqlite:
+            if self.engine.is_connection_error(error):
                 raise DatabaseUnavailable(
-                    "lost the connection to the database server "
-                    f"({type(error.orig).__name__}); run again when it is back"
+                    f"lost the connection to the database server ({name}); "
+                    "run again when it is back"
                 ) from error
-            if self.is_sqlite and "readonly" in str(error.orig).lower():
+            if self.is_sqlite and "readonly" in str(error).lower():
                 raise UsageError("the SQLite database is read-only for kb") from error
-            raise InternalError(f"database error ({type(error.orig).__name__})") from error
+            raise InternalError(f"database error ({name})") from error
 
     # --- schema ----------------------------------------------------------------------
 
@@ -135,21 +208,34 @@ class Database:
         self.upgrade()
 
     def upgrade(self) -> tuple[str | None, str]:
-        """Bring the schema to this kb's revision; (before, after)."""
+        """Bring the schema to this kb's revision; (before, after). Alembic runs on a
+        SQLAlchemy connection of its own, inside one transaction."""
+        from sqlalchemy import exc
+
         from kb_cli import migrations
 
-        with self.write() as conn:
-            self.engine_module.lock_for_migration(conn)
-            before = self.schema_version(conn)
-            self._refuse_unknown(before)
-            if before != migrations.HEAD:
-                migrations.upgrade(conn)
+        engine = self.engine.sqlalchemy_engine(self.url, self.busy_timeout_seconds)
+        try:
+            with self._translate_errors(), engine.begin() as conn:
+                self.engine.lock_for_migration(conn)
+                before = self.schema_version(conn)
+                self._refuse_unknown(before)
+                if before != migrations.HEAD:
+                    migrations.upgrade(conn)
+        except exc.DBAPIError as error:
+            # Same verdicts as for kb's own statements, judged on the driver's error.
+            with self._translate_errors():
+                raise error.orig from error
+        finally:
+            engine.dispose()
         return before, migrations.HEAD
 
-    def schema_version(self, conn: Connection) -> str | None:
-        if not conn.exec_driver_sql(self.engine_module.VERSION_TABLE_EXISTS).scalar():
+    def schema_version(self, conn: Any) -> str | None:
+        """The schema revision, on a kb Connection or a SQLAlchemy one."""
+        run = getattr(conn, "exec_driver_sql", None) or conn.execute
+        if not run(self.engine.VERSION_TABLE_EXISTS).scalar():
             return None
-        return conn.exec_driver_sql("SELECT version_num FROM kb_schema_version").scalar()
+        return run("SELECT version_num FROM kb_schema_version").scalar()
 
     @staticmethod
     def _refuse_unknown(version: str | None) -> None:

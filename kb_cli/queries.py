@@ -1,172 +1,194 @@
 """Every SQL statement the product runs, as named functions over a Connection.
 
+Statements are plain SQL with `:name` parameters, the same text on SQLite and
+PostgreSQL; the few clauses that differ (row locks, search) come from the engine.
 State changes are guarded UPDATEs: they name the statuses they may start from (and,
-for a worker, the claim they belong to) and report whether a row matched, so the
-caller can tell a legal transition from a lost race or a forbidden one.
+for a worker, the claim they belong to) and return the changed row, or None when no
+row matched, so the caller can tell a legal transition from a lost race.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
+from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Row,
-    and_,
-    bindparam,
-    delete,
-    insert,
-    or_,
-    select,
-    text,
-    update,
-)
-
+from kb_cli.db import Connection
+from kb_cli.engines import escape_like
 from kb_cli.lifecycle import DocStatus, TaskStatus
-from kb_cli.models import audit, chunks, documents, outbox, tasks, users
 
 MIN_PREFIX = 6
+DOCUMENTS, TASKS, CHUNKS = "documents", "ingestion_tasks", "chunks"
+AUDIT, OUTBOX, USERS = "audit_events", "outbox_events", "users"
 
 
 # --- lookups -------------------------------------------------------------------------
 
 
-# The hot-path statements are built once: SQLAlchemy then reuses their cache keys and
-# compiled forms, which takes most of its per-statement overhead off every task.
-_GET_DOCUMENT = select(documents).where(documents.c.id == bindparam("_id"))
-_GET_TASK = select(tasks).where(tasks.c.id == bindparam("_id"))
-# For a read that a guarded update in the same transaction depends on: PostgreSQL locks
-# the row until commit (SQLite needs nothing: BEGIN IMMEDIATE, and SQLAlchemy leaves
-# FOR UPDATE out of its SQL), so the update never finds the row changed meanwhile.
-_LOCK_DOCUMENT = _GET_DOCUMENT.with_for_update()
-_LOCK_TASK = _GET_TASK.with_for_update()
+_GET_DOCUMENT = f"SELECT * FROM {DOCUMENTS} WHERE id = :id"
+_GET_TASK = f"SELECT * FROM {TASKS} WHERE id = :id"
 
 
-def get_document(conn: Connection, document_id: str, lock: bool = False) -> Row | None:
-    return conn.execute(_LOCK_DOCUMENT if lock else _GET_DOCUMENT, {"_id": document_id}).first()
+def get_document(conn: Connection, document_id: str, lock: bool = False) -> Any:
+    """With `lock`, PostgreSQL keeps the row locked until commit, so a guarded update in
+    the same transaction never finds it changed (SQLite: BEGIN IMMEDIATE does that)."""
+    sql = _GET_DOCUMENT + conn.engine.LOCK_ROW if lock else _GET_DOCUMENT
+    return conn.execute(sql, {"id": document_id}).first()
 
 
-def get_task(conn: Connection, task_id: str, lock: bool = False) -> Row | None:
-    return conn.execute(_LOCK_TASK if lock else _GET_TASK, {"_id": task_id}).first()
-
-
-def get_tasks(conn: Connection, task_ids: Iterable[str]) -> dict[str, Row]:
-    ids = [task_id for task_id in task_ids if task_id]
-    if not ids:
-        return {}
-    return {row.id: row for row in conn.execute(select(tasks).where(tasks.c.id.in_(ids)))}
+def get_task(conn: Connection, task_id: str, lock: bool = False) -> Any:
+    sql = _GET_TASK + conn.engine.LOCK_ROW if lock else _GET_TASK
+    return conn.execute(sql, {"id": task_id}).first()
 
 
 def find_ids_by_prefix(conn: Connection, table_name: str, prefix: str) -> list[str]:
     """Up to two ids starting with `prefix`: enough to tell unique from ambiguous."""
-    table = documents if table_name == "documents" else tasks
     if len(prefix) < MIN_PREFIX:
         return []
-    query = select(table.c.id).where(table.c.id.like(f"{escape_like(prefix)}%", escape="\\"))
-    query = query.limit(2)
-    return list(conn.execute(query).scalars())
+    table = DOCUMENTS if table_name == "documents" else TASKS
+    sql = f"SELECT id FROM {table} WHERE id LIKE :pattern ESCAPE '\\' LIMIT 2"
+    return conn.execute(sql, {"pattern": escape_like(prefix) + "%"}).scalars()
+
+
+def _document_filter(status: str | None, error_code: str | None) -> tuple[str, dict]:
+    clauses, params = [], {}
+    if status:
+        clauses.append("d.status = :status")
+        params["status"] = status
+    if error_code:
+        clauses.append("t.error_code = :error_code")
+        params["error_code"] = error_code
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
 def list_documents(
     conn: Connection, status: str | None = None, error_code: str | None = None
-) -> Sequence[Row]:
-    query = select(documents).order_by(documents.c.created_at.desc(), documents.c.id)
-    if status:
-        query = query.where(documents.c.status == status)
-    if error_code:
-        query = query.join(tasks, tasks.c.id == documents.c.latest_task_id).where(
-            tasks.c.error_code == error_code
-        )
-    return conn.execute(query).all()
+) -> list[Any]:
+    """Documents newest first, filtered by status and their latest task's error code."""
+    where, params = _document_filter(status, error_code)
+    join = f" JOIN {TASKS} AS t ON t.id = d.latest_task_id" if error_code else ""
+    sql = f"SELECT d.* FROM {DOCUMENTS} AS d{join}{where} ORDER BY d.created_at DESC, d.id"
+    return conn.execute(sql, params).all()
+
+
+def latest_tasks(
+    conn: Connection, status: str | None = None, error_code: str | None = None
+) -> dict[str, Any]:
+    """The latest task of each document `list_documents` returns, by task id."""
+    where, params = _document_filter(status, error_code)
+    sql = f"SELECT t.* FROM {DOCUMENTS} AS d JOIN {TASKS} AS t ON t.id = d.latest_task_id{where}"
+    return {row.id: row for row in conn.execute(sql, params)}
 
 
 def failed_task_ids(conn: Connection, error_code: str | None = None) -> list[str]:
-    query = select(tasks.c.id).where(tasks.c.status == TaskStatus.FAILED)
+    sql = f"SELECT id FROM {TASKS} WHERE status = '{TaskStatus.FAILED}'"
+    params = {}
     if error_code:
-        query = query.where(tasks.c.error_code == error_code)
-    return list(conn.execute(query.order_by(tasks.c.created_at)).scalars())
+        sql += " AND error_code = :error_code"
+        params["error_code"] = error_code
+    return conn.execute(sql + " ORDER BY created_at", params).scalars()
+
+
+def task_ids_of_document(conn: Connection, document_id: str) -> list[str]:
+    sql = f"SELECT id FROM {TASKS} WHERE document_id = :id"
+    return conn.execute(sql, {"id": document_id}).scalars()
+
+
+def list_audit_events(conn: Connection, entity_ids: Sequence[str]) -> list[Any]:
+    names = [f"e{i}" for i in range(len(entity_ids))]
+    placeholders = ", ".join(f":{name}" for name in names)
+    sql = f"SELECT * FROM {AUDIT} WHERE entity_id IN ({placeholders}) ORDER BY id"
+    return conn.execute(sql, dict(zip(names, entity_ids, strict=True))).all()
 
 
 # --- inserts -------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
+def _insert_sql(table: str, columns: tuple[str, ...]) -> str:
+    values = ", ".join(f":{column}" for column in columns)
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values})"
+
+
+def _insert(conn: Connection, table: str, values: dict[str, Any]) -> None:
+    conn.execute(_insert_sql(table, tuple(values)), values)
+
+
 def insert_document(conn: Connection, **values: Any) -> None:
-    conn.execute(insert(documents).values(**values))
+    _insert(conn, DOCUMENTS, values)
 
 
 def insert_task(conn: Connection, **values: Any) -> None:
-    conn.execute(insert(tasks).values(**values))
+    _insert(conn, TASKS, values)
+
+
+def insert_user(conn: Connection, **values: Any) -> None:
+    _insert(conn, USERS, values)
 
 
 def insert_outbox_event(
     conn: Connection, topic: str, entity_id: str, payload: dict, at: str
 ) -> None:
-    conn.execute(
-        insert(outbox).values(
-            topic=topic, entity_id=entity_id, payload=json.dumps(payload), created_at=at
-        )
+    _insert(
+        conn,
+        OUTBOX,
+        {"topic": topic, "entity_id": entity_id, "payload": json.dumps(payload), "created_at": at},
     )
 
 
-_INSERT_AUDIT = insert(audit)
+_AUDIT_COLUMNS = ("at", "actor", "action", "entity_id", "from_status", "to_status", "detail")
 
 
 def insert_audit_events(conn: Connection, events: list[dict[str, Any]]) -> None:
     if events:
-        conn.execute(_INSERT_AUDIT, events)
-
-
-def list_audit_events(conn: Connection, entity_ids: Sequence[str]) -> Sequence[Row]:
-    query = select(audit).where(audit.c.entity_id.in_(entity_ids)).order_by(audit.c.id)
-    return conn.execute(query).all()
-
-
-def task_ids_of_document(conn: Connection, document_id: str) -> list[str]:
-    return list(
-        conn.execute(select(tasks.c.id).where(tasks.c.document_id == document_id)).scalars()
-    )
+        conn.executemany(_insert_sql(AUDIT, _AUDIT_COLUMNS), events)
 
 
 # --- users ---------------------------------------------------------------------------
 
 
 def admin_exists(conn: Connection) -> bool:
-    query = select(users.c.name).where(users.c.role == "admin").limit(1)
-    return conn.execute(query).first() is not None
+    sql = f"SELECT name FROM {USERS} WHERE role = 'admin' LIMIT 1"
+    return conn.execute(sql).first() is not None
 
 
-def get_user(conn: Connection, name: str) -> Row | None:
-    return conn.execute(select(users).where(users.c.name == name)).first()
+def get_user(conn: Connection, name: str) -> Any:
+    return conn.execute(f"SELECT * FROM {USERS} WHERE name = :name", {"name": name}).first()
 
 
-def get_user_by_token_id(conn: Connection, token_id: str) -> Row | None:
-    return conn.execute(select(users).where(users.c.token_id == token_id)).first()
-
-
-def insert_user(conn: Connection, **values: Any) -> None:
-    conn.execute(insert(users).values(**values))
+def get_user_by_token_id(conn: Connection, token_id: str) -> Any:
+    sql = f"SELECT * FROM {USERS} WHERE token_id = :token_id"
+    return conn.execute(sql, {"token_id": token_id}).first()
 
 
 # --- guarded updates -----------------------------------------------------------------
 
 
-_FROM_STATUSES = bindparam("_from", expanding=True)
-_UPDATE_DOCUMENT = (
-    update(documents)
-    .where(documents.c.id == bindparam("_id"), documents.c.status.in_(_FROM_STATUSES))
-    .values(version=documents.c.version + 1)
-)
-_UPDATE_DOCUMENT_AT_VERSION = _UPDATE_DOCUMENT.where(documents.c.version == bindparam("_version"))
-_UPDATE_TASK = update(tasks).where(
-    tasks.c.id == bindparam("_id"), tasks.c.status.in_(_FROM_STATUSES)
-)
-_UPDATE_TASK_FENCED = _UPDATE_TASK.where(
-    tasks.c.status == TaskStatus.RUNNING,
-    tasks.c.worker_id == bindparam("_worker"),
-    tasks.c.attempt == bindparam("_attempt"),
-)
+@functools.lru_cache(maxsize=256)
+def _update_sql(
+    table: str, columns: tuple[str, ...], from_statuses: tuple[str, ...], guards: str
+) -> str:
+    """UPDATE ... SET (from the keyword arguments) WHERE id and status (and guards)
+    match, RETURNING the new row. Statuses are the enums' own values, never input."""
+    assignments = [f"{column} = :{column}" for column in columns]
+    if table == DOCUMENTS:
+        assignments.append("version = version + 1")
+    statuses = ", ".join(f"'{status}'" for status in from_statuses)
+    return (
+        f"UPDATE {table} SET {', '.join(assignments)} "
+        f"WHERE id = :_id AND status IN ({statuses}){guards} RETURNING *"
+    )
+
+
+def _statuses(kinds: Iterable[StrEnum]) -> tuple[str, ...]:
+    return tuple(kind.value for kind in kinds)
+
+
+def _first_changed(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+    rows = conn.execute(sql, params).all()  # all(): SQLite finishes the statement
+    return rows[0] if rows else None
 
 
 def update_document(
@@ -176,16 +198,17 @@ def update_document(
     *,
     if_version: int | None = None,
     **values: Any,
-) -> bool:
+) -> Any:
     """Change a document row if its status (and version) still match; bumps `version`.
 
-    The keyword arguments become the SET clause.
+    The keyword arguments become the SET clause. Returns the new row, or None.
     """
-    params = {"_id": document_id, "_from": [str(status) for status in from_statuses], **values}
-    statement = _UPDATE_DOCUMENT
-    if if_version is not None:
-        statement, params["_version"] = _UPDATE_DOCUMENT_AT_VERSION, if_version
-    return conn.execute(statement, params).rowcount == 1
+    guards = " AND version = :_version" if if_version is not None else ""
+    sql = _update_sql(DOCUMENTS, tuple(values), _statuses(from_statuses), guards)
+    return _first_changed(conn, sql, {**values, "_id": document_id, "_version": if_version})
+
+
+_FENCE = " AND worker_id = :_worker AND attempt = :_attempt"
 
 
 def update_task(
@@ -195,51 +218,50 @@ def update_task(
     *,
     fence: tuple[str, int] | None = None,
     **values: Any,
-) -> bool:
+) -> Any:
     """Change a task row if its status still matches and, for a worker, its claim.
 
     `fence` is (worker_id, attempt): a worker's write lands only while the task is
     still running under that exact claim, so a worker whose task was cancelled or
     reclaimed can never write over the newer state. The keyword arguments become the
-    SET clause.
+    SET clause. Returns the new row, or None.
     """
-    params = {"_id": task_id, "_from": [str(status) for status in from_statuses], **values}
-    statement = _UPDATE_TASK
+    params = {**values, "_id": task_id}
     if fence is not None:
-        statement = _UPDATE_TASK_FENCED
+        from_statuses = [TaskStatus.RUNNING]
         params["_worker"], params["_attempt"] = fence
-    return conn.execute(statement, params).rowcount == 1
+    sql = _update_sql(TASKS, tuple(values), _statuses(from_statuses), _FENCE if fence else "")
+    return _first_changed(conn, sql, params)
 
 
 # --- claiming ------------------------------------------------------------------------
 
 
 # Queued, due for a retry, or running under a lease that has run out.
-_CLAIMABLE = or_(
-    tasks.c.status == TaskStatus.QUEUED,
-    and_(tasks.c.status == TaskStatus.RETRY_WAIT, tasks.c.retry_at <= bindparam("_now")),
-    and_(tasks.c.status == TaskStatus.RUNNING, tasks.c.lease_expires_at < bindparam("_now")),
-)
-_NEXT_CLAIMABLE = select(tasks).where(_CLAIMABLE).order_by(tasks.c.created_at, tasks.c.id).limit(1)
-_NEXT_CLAIMABLE_SKIP_LOCKED = _NEXT_CLAIMABLE.with_for_update(skip_locked=True)
-_CLAIMABLE_TASK = select(tasks).where(tasks.c.id == bindparam("_id"), _CLAIMABLE)
-_CLAIMABLE_TASK_LOCKED = _CLAIMABLE_TASK.with_for_update()
+_CLAIMABLE = f"""SELECT * FROM {TASKS}
+    WHERE (status = '{TaskStatus.QUEUED}'
+           OR (status = '{TaskStatus.RETRY_WAIT}' AND retry_at <= :now)
+           OR (status = '{TaskStatus.RUNNING}' AND lease_expires_at < :now))"""
+_NEXT_CLAIMABLE = _CLAIMABLE + " ORDER BY created_at, id LIMIT 1"
+_CLAIMABLE_TASK = _CLAIMABLE + " AND id = :id"
 
 
-def next_claimable_task(conn: Connection, now: str, skip_locked: bool = False) -> Row | None:
-    """The oldest claimable task; on PostgreSQL skipping rows other claimers hold."""
-    statement = _NEXT_CLAIMABLE_SKIP_LOCKED if skip_locked else _NEXT_CLAIMABLE
-    return conn.execute(statement, {"_now": now}).first()
+def next_claimable_task(conn: Connection, now: str) -> Any:
+    """The oldest claimable task; on PostgreSQL its row stays locked until commit, and
+    rows other claimers hold are skipped."""
+    return conn.execute(_NEXT_CLAIMABLE + conn.engine.SKIP_LOCKED, {"now": now}).first()
 
 
-def claimable_task(conn: Connection, task_id: str, now: str, lock: bool = False) -> Row | None:
-    """The named task if it is claimable; with `lock` (PostgreSQL) its row stays locked
-    until the claim commits, so nobody finishes, renews or reclaims it in between."""
-    statement = _CLAIMABLE_TASK_LOCKED if lock else _CLAIMABLE_TASK
-    return conn.execute(statement, {"_id": task_id, "_now": now}).first()
+def claimable_task(conn: Connection, task_id: str, now: str) -> Any:
+    """The named task if it is claimable; on PostgreSQL its row stays locked until the
+    claim commits, so nobody finishes, renews or reclaims it in between."""
+    return conn.execute(_CLAIMABLE_TASK + conn.engine.LOCK_ROW, {"id": task_id, "now": now}).first()
 
 
 # --- chunks --------------------------------------------------------------------------
+
+
+_CHUNK_COLUMNS = ("document_id", "revision", "task_id", "chunk_index", "text", "page", "heading")
 
 
 def replace_chunks(
@@ -247,46 +269,36 @@ def replace_chunks(
 ) -> None:
     """Delete the revision's chunks and insert the new ones, in the caller's transaction."""
     conn.execute(
-        delete(chunks).where(chunks.c.document_id == document_id, chunks.c.revision == revision)
+        f"DELETE FROM {CHUNKS} WHERE document_id = :document_id AND revision = :revision",
+        {"document_id": document_id, "revision": revision},
     )
     if rows:
-        conn.execute(
-            insert(chunks),
-            [
-                {"document_id": document_id, "revision": revision, "task_id": task_id, **row}
-                for row in rows
-            ],
-        )
+        own = {"document_id": document_id, "revision": revision, "task_id": task_id}
+        conn.executemany(_insert_sql(CHUNKS, _CHUNK_COLUMNS), [{**own, **row} for row in rows])
 
 
 def delete_task_chunks(conn: Connection, task_id: str) -> int:
-    return conn.execute(delete(chunks).where(chunks.c.task_id == task_id)).rowcount
+    sql = f"DELETE FROM {CHUNKS} WHERE task_id = :task_id"
+    return conn.execute(sql, {"task_id": task_id}).rowcount
 
 
 def delete_unpublished_chunks(conn: Connection, document_id: str, keep_revision: int) -> int:
-    query = delete(chunks).where(
-        chunks.c.document_id == document_id, chunks.c.revision != keep_revision
-    )
-    return conn.execute(query).rowcount
+    sql = f"DELETE FROM {CHUNKS} WHERE document_id = :id AND revision != :keep"
+    return conn.execute(sql, {"id": document_id, "keep": keep_revision}).rowcount
 
 
 def delete_chunks_except(conn: Connection, document_id: str, keep: set[int]) -> int:
-    query = delete(chunks).where(chunks.c.document_id == document_id)
-    if keep:
-        query = query.where(chunks.c.revision.not_in(keep))
-    return conn.execute(query).rowcount
+    names = [f"k{i}" for i in range(len(keep))]
+    sql = f"DELETE FROM {CHUNKS} WHERE document_id = :id"
+    if names:
+        sql += f" AND revision NOT IN ({', '.join(':' + name for name in names)})"
+    params = {"id": document_id, **dict(zip(names, sorted(keep), strict=True))}
+    return conn.execute(sql, params).rowcount
 
 
 def search_published_chunks(
     conn: Connection, words: list[str], trigrams: list[str], substrings: list[str], limit: int
-) -> Sequence[Row]:
+) -> list[Any]:
     """Chunks of published revisions matching every term, best first (per engine)."""
-    from kb_cli.engines import for_url
-
-    engine = for_url(conn.engine.url.drivername)
-    sql, params = engine.search_statement(words, trigrams, substrings, limit)
-    return conn.execute(text(sql), params).all()
-
-
-def escape_like(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    sql, params = conn.engine.search_statement(words, trigrams, substrings, limit)
+    return conn.execute(sql, params).all()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from sqlalchemy import Row
+Row = Any  # a database row with attribute access (see kb_cli.db)
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection
-
 from kb_cli import queries
-from kb_cli.db import utcnow
+from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, InternalError
 from kb_cli.lifecycle import DocStatus, Stage, TaskStatus, is_legal_task_transition
 
@@ -57,9 +55,9 @@ def move_task(
     fence: tuple[str, int] | None = None,
     required: bool = False,
     **values: Any,
-) -> bool:
-    """Move a task from the status it was read with; False if it changed meanwhile
-    (with `required`, a ConflictError instead).
+) -> Any:
+    """Move a task from the status it was read with: the new row, or None if it changed
+    meanwhile (with `required`, a ConflictError instead).
 
     A worker's move (`fence` given) always starts from its own running claim.
     """
@@ -88,8 +86,9 @@ def move_document(
     if_version: int | None = None,
     required: bool = False,
     **values: Any,
-) -> bool:
-    """Move a document from the status it was read with; bumps its version."""
+) -> Any:
+    """Move a document from the status it was read with, bumping its version: the new
+    row, or None if it changed meanwhile."""
     now = values.setdefault("updated_at", utcnow())
     moved = queries.update_document(
         conn, document.id, [DocStatus(document.status)], if_version=if_version, status=to, **values
@@ -113,7 +112,7 @@ def requeue_task(
     fence: tuple[str, int] | None = None,
     required: bool = False,
     **values: Any,
-) -> bool:
+) -> Any:
     """Back to `queued` / `download` / 0 / 0 with no claim, attempt kept, and no chunks
     of the abandoned run left behind (retry, graceful release, doctor's repair)."""
     moved = move_task(

@@ -18,16 +18,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Protocol
-
-from sqlalchemy import Connection, Row
 
 from kb_cli import queries
 from kb_cli.chunking import ChunkText, chunk_blocks
-from kb_cli.db import DatabaseUnavailable, format_stamp, parse_stamp, utcnow
+from kb_cli.db import Connection, DatabaseUnavailable, format_stamp, parse_stamp, utcnow
 from kb_cli.errors import BusyError, KbError
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
-from kb_cli.records import TaskRecord, WorkResult
+from kb_cli.records import Row, TaskRecord, WorkResult
 from kb_cli.services.context import Kb, resolve_task_id
 from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
 
@@ -210,19 +209,16 @@ class Worker:
         return claim
 
     def _candidate(self, conn: Connection, task_id: str | None, now: str) -> Row | None:
-        # SQLite's BEGIN IMMEDIATE already excludes every other writer; PostgreSQL locks
-        # the candidate row itself.
-        lock = not self.kb.db.is_sqlite
         if task_id is not None:
-            return queries.claimable_task(conn, task_id, now, lock=lock)
-        return queries.next_claimable_task(conn, now, skip_locked=lock)
+            return queries.claimable_task(conn, task_id, now)
+        return queries.next_claimable_task(conn, now)
 
     def _take(self, conn: Connection, task: Row, now: str) -> _Claim | None:
         """Claim (or reclaim) one claimable task in the caller's transaction."""
         reclaimed_from = None
         if task.status == TaskStatus.RUNNING:
             reclaimed_from = task.worker_id
-        moved = move_task(
+        claimed = move_task(
             conn,
             task,
             TaskStatus.RUNNING,
@@ -241,15 +237,11 @@ class Worker:
             updated_at=now,
             **FRESH_RUN,
         )
-        if not moved:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
+        if claimed is None:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
             return None
         if reclaimed_from:
             queries.delete_task_chunks(conn, task.id)  # they belong to the dead attempt
-        return _Claim(
-            queries.get_task(conn, task.id),
-            queries.get_document(conn, task.document_id),
-            reclaimed_from,
-        )
+        return _Claim(claimed, queries.get_document(conn, task.document_id), reclaimed_from)
 
     def _fail_lost_worker(self, conn: Connection, task: Row) -> tuple[str, str] | None:
         detail = (
@@ -302,22 +294,25 @@ class Worker:
             run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error))
         finally:
             self.heartbeat.watch(None)
-        with self.kb.db.read() as conn:
-            record = TaskRecord.from_row(queries.get_task(conn, claim.task.id))
+        final = run.final_row
+        if final is None:  # the claim was lost: someone else wrote the last state
+            with self.kb.db.read() as conn:
+                final = queries.get_task(conn, claim.task.id)
+        record = TaskRecord.from_row(final)
         self.listener.finished(record)
         return record
 
     def _move_document_with(self, conn: Connection, task: Row, to: DocStatus, action: str):
-        document = queries.get_document(conn, task.document_id)
-        if document is not None and document.status == DocStatus.PROCESSING:
-            move_document(
-                conn,
-                document,
-                to,
-                actor=self.options.worker_id,
-                action=action,
-                detail=f"task {task.id}",
-            )
+        """Move the task's document along, if it is still processing (one guarded
+        UPDATE: a document that was deleted or moved on is left alone)."""
+        move_document(
+            conn,
+            SimpleNamespace(id=task.document_id, status=DocStatus.PROCESSING),
+            to,
+            actor=self.options.worker_id,
+            action=action,
+            detail=f"task {task.id}",
+        )
 
 
 class _Run:
@@ -330,6 +325,7 @@ class _Run:
         self.claim = claim
         self.task_id = claim.task.id
         self.lost = threading.Event()
+        self.final_row: Row | None = None  # the task row this run's last write left
         self._last_write = time.monotonic()
         self.position: tuple[Stage, int, int] = (Stage.DOWNLOAD, 0, 0)
         # A stage delay exists so that others can watch: then every step is written.
@@ -347,8 +343,7 @@ class _Run:
         path = self._download(document)
         chunks = self._parse(path, document.content_type)
         self._embed(chunks)
-        self._index(chunks)
-        self._finalize()
+        self._finalize(self._index(chunks))
 
     def _download(self, document: Row) -> Path:
         """Stream the stored object and check it against the checksum taken at upload."""
@@ -398,7 +393,7 @@ class _Run:
         for done in range(1, total + 1):
             self.report(Stage.EMBEDDING, done, total)
 
-    def _index(self, chunks: list[ChunkText]) -> None:
+    def _index(self, chunks: list[ChunkText]) -> list[dict]:
         total = len(chunks)
         self.report(Stage.INDEXING, 0, total)
         rows = []
@@ -411,41 +406,24 @@ class _Run:
                     "heading": chunk.heading and chunk.heading[:500],
                 }
             )
-            if len(rows) < total:
-                self.report(Stage.INDEXING, len(rows), total)
-        self.checkpoint()
-        task = self.claim.task
-        with self.kb.db.write() as conn:
-            # Ownership is checked inside the same transaction as the chunk write.
-            self._write_progress(conn, Stage.INDEXING, total, total)
-            queries.replace_chunks(conn, task.document_id, task.revision, task.id, rows)
-        self.worker.listener.progress(task.id, Stage.INDEXING, total, total)
-        self._pause()
+            self.report(Stage.INDEXING, len(rows), total)
+        return rows
 
-    def _finalize(self) -> None:
+    def _finalize(self, rows: list[dict]) -> None:
+        """Chunks, task and document in one transaction: no task succeeds without its
+        chunks, and a run that does not finish leaves none behind."""
         self.report(Stage.FINALIZING, 0, 1)
         task = self.claim.task
         with self.kb.db.write() as conn:
-            current = queries.get_task(conn, task.id)
-            moved = (
-                move_task(
-                    conn,
-                    current,
-                    TaskStatus.SUCCEEDED,
-                    actor=self.options.worker_id,
-                    action="complete",
-                    fence=self.claim.fence,
-                    stage=Stage.FINALIZING,
-                    completed=1,
-                    total=1,
-                    lease_expires_at=None,
-                )
-                if current.status == TaskStatus.RUNNING
-                else False
+            # The claim is checked in the same transaction as the chunk write.
+            finished = self._end(
+                conn, TaskStatus.SUCCEEDED, "complete", stage=Stage.FINALIZING, completed=1, total=1
             )
-            if not moved:
+            if finished is None:
                 raise ClaimLost()
+            queries.replace_chunks(conn, task.document_id, task.revision, task.id, rows)
             self.worker._move_document_with(conn, task, DocStatus.REVIEW_PENDING, "complete")
+        self.final_row = finished
         self.worker.listener.progress(task.id, Stage.FINALIZING, 1, 1)
 
     # --- progress, pauses and safe points -----------------------------------------
@@ -509,44 +487,53 @@ class _Run:
         # Progress writes are throttled: record the stage the failure happened in.
         stage, done, total = self.position
         where = {"stage": stage, "completed": done, "total": total}
+        task = self.claim.task
         with self.kb.db.write() as conn:
-            current = queries.get_task(conn, self.task_id)
             if transient and attempt < self.options.max_attempts:
                 retry_at = self._backoff(attempt)
-                moved = move_task(
+                moved = self._end(
                     conn,
-                    current,
                     TaskStatus.RETRY_WAIT,
-                    actor=self.options.worker_id,
-                    action="retry_wait",
+                    "retry_wait",
                     detail=f"{code} ({detail}); retry at {retry_at}",
-                    fence=self.claim.fence,
                     error_code=code,
                     error_detail=detail,
                     retry_at=retry_at,
-                    lease_expires_at=None,
                     **where,
                 )
             else:
-                moved = move_task(
+                moved = self._end(
                     conn,
-                    current,
                     TaskStatus.FAILED,
-                    actor=self.options.worker_id,
-                    action="fail",
+                    "fail",
                     detail=f"{code}: {detail}",
-                    fence=self.claim.fence,
                     error_code=code,
                     error_detail=detail,
-                    lease_expires_at=None,
                     **where,
                 )
                 if moved:
-                    self.worker._move_document_with(conn, current, DocStatus.FAILED, "fail")
+                    self.worker._move_document_with(conn, task, DocStatus.FAILED, "fail")
             if moved:
                 queries.delete_task_chunks(conn, self.task_id)
+        self.final_row = moved
         if not moved:
             self.worker.listener.lost(self.task_id)
+
+    def _end(
+        self, conn: Connection, to: TaskStatus, action: str, detail: str | None = None, **values
+    ) -> Row | None:
+        """Move this run's task on from its own running claim (the fence), lease over."""
+        return move_task(
+            conn,
+            self.claim.task,
+            to,
+            actor=self.options.worker_id,
+            action=action,
+            detail=detail,
+            fence=self.claim.fence,
+            lease_expires_at=None,
+            **values,
+        )
 
     def _backoff(self, attempt: int) -> str:
         """Exponential with jitter, so a burst of failures does not return as a burst."""
@@ -557,15 +544,15 @@ class _Run:
     def release(self) -> None:
         """Graceful stop: back to queued (attempt kept), with no chunks left behind."""
         with self.kb.db.write() as conn:
-            current = queries.get_task(conn, self.task_id)
             moved = requeue_task(
                 conn,
-                current,
+                self.claim.task,
                 actor=self.options.worker_id,
                 action="release",
                 detail="worker stopped by a signal",
                 fence=self.claim.fence,
             )
+        self.final_row = moved
         if moved:
             self.worker.listener.released(self.task_id)
         else:

@@ -76,9 +76,6 @@ def _postgres_database() -> Iterator[str]:
     try:
         yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
-        from kb_cli.db import get_engine
-
-        get_engine.cache_clear()  # this test's engines point at a database about to go
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         admin.dispose()

@@ -7,12 +7,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, text
 
 from kb_cli import queries
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
-from kb_cli.models import audit, chunks, documents, outbox
 from kb_cli.services import documents as docs
 from kb_cli.services import tasks
 from kb_cli.worker import Worker, WorkerOptions
@@ -31,17 +29,15 @@ def work(kb, **options) -> list:
     return [result for result in worker.run(max_tasks=None) if result.claimed]
 
 
-def count(kb, table, **where) -> int:
-    query = select(func.count()).select_from(table)
-    for column, value in where.items():
-        query = query.where(table.c[column] == value)
+def count(kb, table: str, **where) -> int:
+    conditions = "".join(f" AND {column} = :{column}" for column in where)
     with kb.db.read() as conn:
-        return conn.execute(query).scalar_one()
+        return conn.execute(f"SELECT count(*) FROM {table} WHERE 1 = 1{conditions}", where).scalar()
 
 
 def pairs_are_legal(kb) -> None:
     with kb.db.read() as conn:
-        for row in conn.execute(select(documents)):
+        for row in conn.execute("SELECT * FROM documents"):
             task = queries.get_task(conn, row.latest_task_id) if row.latest_task_id else None
             assert is_legal_pair(
                 TaskStatus(task.status) if task else None,
@@ -62,13 +58,13 @@ def test_one_unsupported_file_stores_nothing(kb, tmp_path):
     good, bad = write(tmp_path, "a.md"), write(tmp_path, "b.exe")
     with pytest.raises(InvalidInputError):
         docs.upload_files(kb, [good, bad])
-    assert count(kb, documents) == 0 and list(kb.store.keys()) == []
+    assert count(kb, "documents") == 0 and list(kb.store.keys()) == []
 
 
 def test_missing_file_is_a_usage_error(kb, tmp_path):
     with pytest.raises(UsageError):
         docs.upload_files(kb, [write(tmp_path, "a.txt"), tmp_path / "nope.pdf"])
-    assert count(kb, documents) == 0
+    assert count(kb, "documents") == 0
 
 
 def test_oversized_file_is_invalid_input(kb, tmp_path, monkeypatch):
@@ -77,7 +73,7 @@ def test_oversized_file_is_invalid_input(kb, tmp_path, monkeypatch):
     kb.settings = replace(kb.settings, max_upload_bytes=10)
     with pytest.raises(InvalidInputError):
         docs.upload_files(kb, [write(tmp_path, "a.txt", "x" * 11)])
-    assert count(kb, documents) == 0 and list(kb.store.keys()) == []
+    assert count(kb, "documents") == 0 and list(kb.store.keys()) == []
 
 
 def test_submit_queues_a_task_with_an_outbox_event(kb, tmp_path):
@@ -92,7 +88,7 @@ def test_submit_queues_a_task_with_an_outbox_event(kb, tmp_path):
     )
     assert task.worker_id is None and task.error_code is None
     assert docs.document_record_for(kb, doc.document_id).status == "processing"
-    assert count(kb, outbox, entity_id=task.task_id) == 1
+    assert count(kb, "outbox_events", entity_id=task.task_id) == 1
     with pytest.raises(ConflictError):
         docs.submit_document(kb, doc.document_id)
     pairs_are_legal(kb)
@@ -125,26 +121,27 @@ def test_cancel_of_a_running_task_stops_the_worker_and_leaves_no_chunks(kb, tmp_
     thread.join(10)
     assert not thread.is_alive()
     assert results[0].task.status == "cancelled"
-    assert count(kb, chunks) == 0
+    assert count(kb, "chunks") == 0
     assert docs.document_record_for(kb, task.document_id).status == "draft"
 
 
-def test_cancel_between_writing_chunks_and_completing(kb, tmp_path):
-    """The cancel wins: completion is conditional and the written chunks go away."""
+def test_cancel_just_before_completing(kb, tmp_path):
+    """The cancel wins: chunks are written only with the fenced completion, so none
+    exist before it and none are left after it failed."""
     [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
     worker = Worker(kb, WorkerOptions(worker_id="w1"))
     original = worker.listener.progress
 
-    def cancel_after_indexing(task_id, stage, done, total):
+    def cancel_when_finalizing(task_id, stage, done, total):
         original(task_id, stage, done, total)
-        if stage == "indexing" and done == total and total:
-            assert count(kb, chunks, task_id=task_id) > 0
+        if stage == "finalizing" and done == 0:
+            assert count(kb, "chunks", task_id=task_id) == 0
             tasks.cancel_task(kb, task_id)
 
-    worker.listener.progress = cancel_after_indexing
+    worker.listener.progress = cancel_when_finalizing
     [result] = list(worker.run())
     assert result.task.status == "cancelled"
-    assert count(kb, chunks) == 0
+    assert count(kb, "chunks") == 0
     assert docs.document_record_for(kb, task.document_id).status == "draft"
     pairs_are_legal(kb)
 
@@ -168,7 +165,7 @@ def test_worker_runs_the_stages_and_moves_the_document_to_review(kb, tmp_path):
     ]
     document = docs.document_record_for(kb, task.document_id)
     assert document.status == "review_pending"
-    assert count(kb, chunks, document_id=task.document_id) >= 1
+    assert count(kb, "chunks", document_id=task.document_id) >= 1
     pairs_are_legal(kb)
 
 
@@ -189,7 +186,7 @@ def test_permanent_failures_fail_at_once_with_their_code(kb, tmp_path, name, con
     assert result.task.attempt == 1
     assert "/" not in (result.task.error_detail or "")
     assert docs.document_record_for(kb, task.document_id).status == "failed"
-    assert count(kb, chunks) == 0
+    assert count(kb, "chunks") == 0
     pairs_are_legal(kb)
 
 
@@ -205,7 +202,7 @@ def test_missing_object_is_an_object_read_error(kb, tmp_path):
 def test_task_whose_document_vanished_fails_with_document_not_found(kb, tmp_path):
     [task] = docs.upload_files(kb, [write(tmp_path, "a.txt")], submit=True)
     with kb.db.write() as conn:  # what a person with the sqlite3 shell could do
-        conn.execute(text("DELETE FROM documents WHERE id = :id"), {"id": task.document_id})
+        conn.execute("DELETE FROM documents WHERE id = :id", {"id": task.document_id})
     [result] = work(kb)
     assert result.task.status == "failed" and result.task.error_code == "document_not_found"
 
@@ -296,11 +293,11 @@ def test_ids_resolve_by_unique_prefix_only(kb, tmp_path):
         tasks.get_record(kb, "ffffffff-0000")
     with kb.db.write() as conn:  # force two ids that share a prefix
         conn.execute(
-            text("UPDATE documents SET id = 'abcdef01-x' WHERE id = :id"), {"id": doc.document_id}
+            "UPDATE documents SET id = 'abcdef01-x' WHERE id = :id", {"id": doc.document_id}
         )
     docs.upload_files(kb, [write(tmp_path, "b.txt")])
     with kb.db.write() as conn:
-        conn.exec_driver_sql("UPDATE documents SET id = 'abcdef02-y' WHERE id != 'abcdef01-x'")
+        conn.execute("UPDATE documents SET id = 'abcdef02-y' WHERE id != 'abcdef01-x'")
     with pytest.raises(InvalidInputError):
         tasks.get_record(kb, "abcdef0")
 
@@ -310,7 +307,9 @@ def test_every_state_change_is_audited(kb, tmp_path):
     work(kb)
     docs.publish_document(kb, task.document_id)
     with kb.db.read() as conn:
-        actions = [row.action for row in conn.execute(select(audit).order_by(audit.c.id))]
+        actions = [
+            row.action for row in conn.execute("SELECT action FROM audit_events ORDER BY id")
+        ]
     assert actions == ["upload", "submit", "submit", "claim", "complete", "complete", "publish"]
 
 

@@ -17,7 +17,8 @@ def first_revision_database() -> Database:
     settings = resolve_settings()
     settings.home.mkdir(parents=True, exist_ok=True)
     database = Database(settings.database_url, settings.busy_timeout_seconds)
-    with database.write() as conn:
+    engine = database.engine.sqlalchemy_engine(settings.database_url, 5.0)
+    with engine.begin() as conn:  # Alembic runs on SQLAlchemy, as `Database.upgrade` does
         migrations.upgrade(conn, "0001")
         conn.execute(
             text(
@@ -32,6 +33,7 @@ def first_revision_database() -> Database:
                 "('d0000000-0000-0000-0000-000000000001', 1, 0, 't', 'legacy wombat notes')"
             )
         )
+    engine.dispose()
     return database
 
 
@@ -59,7 +61,7 @@ def test_a_newer_schema_is_refused_with_a_clear_error():
     settings = resolve_settings()
     database = Database(settings.database_url, settings.busy_timeout_seconds)
     with database.write() as conn:
-        conn.execute(text("UPDATE kb_schema_version SET version_num = '9999'"))
+        conn.execute("UPDATE kb_schema_version SET version_num = '9999'")
     result = run_kb("status", "--json")
     assert result.code == 1
     assert "newer than this kb knows" in result.error["message"]

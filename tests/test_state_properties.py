@@ -9,13 +9,11 @@ from pathlib import Path
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from sqlalchemy import select, text
 
 from kb_cli import queries
 from kb_cli.config import resolve_settings
 from kb_cli.errors import ConflictError
 from kb_cli.lifecycle import ErrorCode, Stage, TaskStatus
-from kb_cli.models import tasks as tasks_table
 from kb_cli.services import doctor, tasks
 from kb_cli.services import documents as docs
 from kb_cli.services.context import Kb
@@ -41,14 +39,14 @@ class Lifecycle(RuleBasedStateMachine):
                     "ingestion_tasks",
                     "documents",
                 ):
-                    conn.execute(text(f"DELETE FROM {table}"))
+                    conn.execute(f"DELETE FROM {table}")
         self.files = root
         self.documents: list[str] = []
         self.runs: dict[str, _Run] = {}  # task id -> the run that believes it owns it
         self.counter = 0
 
     def teardown(self) -> None:
-        self.kb.db.engine.dispose()
+        self.kb.db.close()
         self.dir.cleanup()
 
     def _file(self) -> Path:
@@ -118,8 +116,7 @@ class Lifecycle(RuleBasedStateMachine):
             document = run.claim.document
             path = run._download(document)
             chunks = run._parse(path, document.content_type)
-            run._index(chunks)
-            run._finalize()
+            run._finalize(run._index(chunks))
 
         self._lost_ok(run, finish, done=True)
 
@@ -150,9 +147,8 @@ class Lifecycle(RuleBasedStateMachine):
     def expire_leases(self) -> None:
         with self.kb.db.write() as conn:
             conn.execute(
-                tasks_table.update()
-                .where(tasks_table.c.status == TaskStatus.RUNNING)
-                .values(lease_expires_at="2000-01-01T00:00:00.000000Z")
+                "UPDATE ingestion_tasks SET lease_expires_at = '2000-01-01T00:00:00.000000Z'"
+                " WHERE status = 'running'"
             )
 
     # --- invariants ------------------------------------------------------------------
@@ -163,7 +159,7 @@ class Lifecycle(RuleBasedStateMachine):
         real = [p for p in report.problems if p.kind != "expired_lease"]
         assert not real, real
         with self.kb.db.read() as conn:
-            for task in conn.execute(select(tasks_table)):
+            for task in conn.execute("SELECT * FROM ingestion_tasks"):
                 if task.status == TaskStatus.RUNNING:
                     assert task.worker_id and task.lease_expires_at and task.attempt >= 1
                 else:

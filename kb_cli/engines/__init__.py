@@ -1,8 +1,11 @@
 """What differs between database engines lives here, one small module per engine.
 
-Each module offers: `create_engine(url, busy_timeout_seconds)`, `is_lock_error(error)`,
-`SKIP_LOCKED` (whether claiming uses FOR UPDATE SKIP LOCKED), `schema_version_sql()`
-helpers, `lock_for_migration(conn)` and `search_statement(...)`.
+Each module offers the DB-API side (`connect`, `begin`, `commit`, `rollback`,
+`execute`, `executemany`, `Error`, `is_lock_error`, `is_connection_error`,
+`connect_error_message`), the row-lock clauses `LOCK_ROW` and `SKIP_LOCKED`, the
+schema side (`sqlalchemy_engine`, `lock_for_migration`, `SEARCH_SCHEMA`,
+`VERSION_TABLE_EXISTS`) and `search_statement(...)`. Statements are written once,
+with `:name` parameters, for both engines.
 """
 
 from __future__ import annotations
@@ -22,3 +25,7 @@ def for_url(url: str) -> ModuleType:
     from kb_cli.errors import UsageError
 
     raise UsageError("unsupported database URL: use sqlite:///PATH or postgresql+psycopg://...")
+
+
+def escape_like(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -7,34 +7,133 @@ Search: English full text (to_tsvector) plus pg_trgm indexes for substrings.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine, text
-from sqlalchemy import create_engine as sa_create_engine
+import functools
+import re
+from typing import TYPE_CHECKING
 
-from kb_cli.queries import escape_like
+from kb_cli.engines import escape_like
+from kb_cli.errors import UsageError
 
-SKIP_LOCKED = True
+if TYPE_CHECKING:
+    import psycopg
+    from sqlalchemy import Connection as SAConnection
+    from sqlalchemy import Engine
+
+try:
+    from psycopg import Error
+except ModuleNotFoundError:  # only without the `postgres` extra: connect() explains
+
+    class Error(Exception):  # type: ignore[no-redef]
+        pass
+
+
+LOCK_ROW = " FOR UPDATE"
+SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 # to_regclass follows the search_path, as the queries that use the table do.
 VERSION_TABLE_EXISTS = "SELECT to_regclass('kb_schema_version') IS NOT NULL"
 _MIGRATION_LOCK = 4_710_001  # any constant: one migrating process at a time
 
 
-def create_engine(url: str, busy_timeout_seconds: float) -> Engine:
+def conninfo(url: str) -> str:
+    """libpq's URI from SQLAlchemy's `postgresql+psycopg://...` (the form kb documents)."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in ("postgresql", "postgresql+psycopg"):
+        raise UsageError("the database URL is not valid: use postgresql+psycopg://...")
+    return f"postgresql://{rest}"
+
+
+def connect(url: str, busy_timeout_seconds: float) -> psycopg.Connection:
+    try:
+        import psycopg
+        from psycopg.rows import namedtuple_row
+    except ModuleNotFoundError:
+        raise UsageError(
+            "the PostgreSQL driver is not installed: install kb-cli[postgres]"
+        ) from None
     timeout_ms = max(1, int(busy_timeout_seconds * 1000))
-    return sa_create_engine(
-        url,
-        pool_pre_ping=True,
-        connect_args={"options": f"-c lock_timeout={timeout_ms}", "connect_timeout": 10},
+    try:
+        return psycopg.connect(
+            conninfo(url),
+            autocommit=True,  # kb says BEGIN itself, as on SQLite
+            row_factory=namedtuple_row,
+            options=f"-c lock_timeout={timeout_ms}",
+            connect_timeout=10,
+        )
+    except psycopg.ProgrammingError:
+        raise UsageError("the database URL is not valid") from None
+
+
+def begin(raw: psycopg.Connection, write: bool) -> None:
+    raw.execute("BEGIN")
+
+
+def commit(raw: psycopg.Connection) -> None:
+    raw.execute("COMMIT")
+
+
+def rollback(raw: psycopg.Connection) -> None:
+    if not raw.closed:
+        raw.execute("ROLLBACK")
+
+
+def execute(raw: psycopg.Connection, sql: str, params):
+    return raw.execute(driver_sql(sql), params)
+
+
+def executemany(raw: psycopg.Connection, sql: str, rows):
+    cursor = raw.cursor()
+    cursor.executemany(driver_sql(sql), rows)
+    return cursor
+
+
+_LITERAL = re.compile(r"('(?:[^']|'')*')")
+_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
+
+
+@functools.lru_cache(maxsize=1024)
+def driver_sql(sql: str) -> str:
+    """`:name` parameters as psycopg's `%(name)s`; string literals and casts left alone."""
+    parts = _LITERAL.split(sql.replace("%", "%%"))
+    return "".join(
+        part if index % 2 else _PARAMETER.sub(r"%(\1)s", part) for index, part in enumerate(parts)
     )
 
 
 def is_lock_error(error: BaseException) -> bool:
-    original = getattr(error, "orig", error)
-    state = getattr(original, "sqlstate", None)
-    return state in ("55P03", "40P01") or "lock timeout" in str(original).lower()
+    state = getattr(error, "sqlstate", None)
+    return state in ("55P03", "40P01") or "lock timeout" in str(error).lower()
 
 
-def lock_for_migration(conn: Connection) -> None:
-    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+def is_connection_error(error: BaseException) -> bool:
+    from psycopg import OperationalError
+
+    return isinstance(error, OperationalError)
+
+
+def connect_error_message(error: BaseException) -> str:
+    """The server's own reason when it gave one (no such database, bad password)."""
+    reason = re.search(r"FATAL:\s+(.+)", str(error))
+    if reason:
+        return f"the database server refused the connection: {reason.group(1).strip()[:200]}"
+    return f"cannot reach the database server ({type(error).__name__})"
+
+
+# --- schema changes (Alembic, through SQLAlchemy: imported only to migrate) ------------
+
+
+def sqlalchemy_engine(url: str, busy_timeout_seconds: float) -> Engine:
+    from sqlalchemy import create_engine, pool
+
+    timeout_ms = max(1, int(busy_timeout_seconds * 1000))
+    return create_engine(
+        "postgresql+psycopg://" + url.partition("://")[2],
+        poolclass=pool.NullPool,
+        connect_args={"options": f"-c lock_timeout={timeout_ms}", "connect_timeout": 10},
+    )
+
+
+def lock_for_migration(conn: SAConnection) -> None:
+    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
 
 
 # Words as SQLite's FTS5 index sees them: punctuation splits words (example.com is

@@ -7,50 +7,115 @@ indexes kept in step with `chunks` by triggers.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine, event
-from sqlalchemy import create_engine as sa_create_engine
+import functools
+import sqlite3
+from collections import namedtuple
+from typing import TYPE_CHECKING
 
-from kb_cli import queries
+from kb_cli.engines import escape_like
+from kb_cli.errors import UsageError
 
-WRITE_OPTION = "kb_write"
-SKIP_LOCKED = False  # BEGIN IMMEDIATE already serialises claimers
+if TYPE_CHECKING:
+    from sqlalchemy import Connection as SAConnection
+    from sqlalchemy import Engine
+
+Error = sqlite3.Error
+LOCK_ROW = ""  # BEGIN IMMEDIATE already excludes every other writer
+SKIP_LOCKED = ""
 VERSION_TABLE_EXISTS = (
     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'kb_schema_version'"
 )
 
 
-def create_engine(url: str, busy_timeout_seconds: float) -> Engine:
-    # The worker's heartbeat thread checks out its own pooled connection; no
-    # connection is ever used by two threads at once.
-    engine = sa_create_engine(url, connect_args={"check_same_thread": False})
-    busy_ms = int(busy_timeout_seconds * 1000)
+def database_path(url: str) -> str:
+    """The file of a `sqlite:///PATH` URL (four slashes for an absolute path)."""
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("sqlite", "sqlite+pysqlite") or not rest.startswith("/"):
+        raise UsageError("the database URL is not valid: use sqlite:///PATH")
+    path = rest[1:].split("?", 1)[0]
+    if not path or path == ":memory:":
+        raise UsageError("the database URL is not valid: kb needs a database file")
+    return path
+
+
+def connect(url: str, busy_timeout_seconds: float) -> sqlite3.Connection:
+    # isolation_level=None: kb says BEGIN (IMMEDIATE) itself, see `begin`.
+    raw = sqlite3.connect(database_path(url), isolation_level=None)
+    raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+    raw.execute("PRAGMA journal_mode = WAL")
+    raw.execute("PRAGMA synchronous = NORMAL")
+    raw.execute("PRAGMA foreign_keys = ON")
+    return raw
+
+
+def begin(raw: sqlite3.Connection, write: bool) -> None:
+    raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def commit(raw: sqlite3.Connection) -> None:
+    raw.execute("COMMIT")
+
+
+def rollback(raw: sqlite3.Connection) -> None:
+    if raw.in_transaction:
+        raw.execute("ROLLBACK")
+
+
+def execute(raw: sqlite3.Connection, sql: str, params) -> sqlite3.Cursor:
+    cursor = raw.execute(sql, params)
+    if cursor.description is not None:
+        cursor.row_factory = _row_maker(tuple(column[0] for column in cursor.description))
+    return cursor
+
+
+def executemany(raw: sqlite3.Connection, sql: str, rows) -> sqlite3.Cursor:
+    return raw.executemany(sql, rows)
+
+
+@functools.lru_cache(maxsize=512)
+def _row_maker(names: tuple[str, ...]):
+    """Rows with attribute access (`row.status`), one tuple class per column list."""
+    make = namedtuple("Row", names, rename=True)._make
+    return lambda _cursor, values: make(values)
+
+
+def is_lock_error(error: BaseException) -> bool:
+    text = str(error).lower()
+    return any(sign in text for sign in ("database is locked", "table is locked", "is busy"))
+
+
+def is_connection_error(error: BaseException) -> bool:
+    return False  # a file, not a server: nothing to lose
+
+
+def connect_error_message(error: BaseException) -> str:
+    return "cannot open the SQLite database file: does its directory exist, and may kb write there?"
+
+
+# --- schema changes (Alembic, through SQLAlchemy: imported only to migrate) ------------
+
+
+def sqlalchemy_engine(url: str, busy_timeout_seconds: float) -> Engine:
+    from sqlalchemy import create_engine, event, pool
+
+    engine = create_engine(url, poolclass=pool.NullPool)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:
-        # Let the begin event below decide how each transaction starts.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
+        dbapi_connection.isolation_level = None  # the begin event below starts transactions
+        dbapi_connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+        dbapi_connection.execute("PRAGMA journal_mode = WAL")
+        dbapi_connection.execute("PRAGMA foreign_keys = ON")
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        immediate = conn.get_execution_options().get(WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    def _on_begin(conn: SAConnection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 
 
-def is_lock_error(error: BaseException) -> bool:
-    text = str(getattr(error, "orig", error)).lower()
-    return any(sign in text for sign in ("database is locked", "table is locked", "is busy"))
-
-
-def lock_for_migration(conn: Connection) -> None:
-    """Nothing to do: the write transaction is BEGIN IMMEDIATE."""
+def lock_for_migration(conn: SAConnection) -> None:
+    """Nothing to do: the migration's transaction is BEGIN IMMEDIATE."""
 
 
 # Two FTS5 indexes over the chunk text: words (Porter-stemmed English, any language
@@ -95,7 +160,7 @@ def search_statement(
             filters.append(f"c.id IN (SELECT rowid FROM {name} WHERE {name} MATCH :{name})")
     for i, substring in enumerate(substrings):
         params[f"s{i}"] = substring
-        params[f"like{i}"] = "%" + queries.escape_like(substring) + "%"
+        params[f"like{i}"] = "%" + escape_like(substring) + "%"
         filters.append(f"c.text LIKE :like{i} ESCAPE '\\'")
     if ranked:
         primary = ranked[0][0]

@@ -1,14 +1,16 @@
 """Schema migrations (Alembic), for SQLite and PostgreSQL alike.
 
-Every command checks the schema version with one cheap query; Alembic itself is
-imported only when a database must be created or upgraded.
+Every command checks the schema version with one cheap query; SQLAlchemy and Alembic
+are imported only when a database must be created or upgraded.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 # Oldest first. A database at a revision not listed here was made by a newer kb.
 REVISIONS = ("0001", "0002")

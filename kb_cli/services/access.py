@@ -13,10 +13,8 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
-
 from kb_cli import queries
-from kb_cli.db import utcnow
+from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, ForbiddenError, KbError, UsageError
 from kb_cli.services.context import Kb, resolve_id
 from kb_cli.transitions import audit_event

@@ -5,11 +5,9 @@ from __future__ import annotations
 import getpass
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
-
 from kb_cli import queries
 from kb_cli.config import Settings
-from kb_cli.db import Database
+from kb_cli.db import Connection, Database
 from kb_cli.errors import InvalidInputError, NotFoundError, UsageError
 from kb_cli.store import FileObjectStore
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from sqlalchemy import Connection, select
-
 from kb_cli import queries
-from kb_cli.db import utcnow
+from kb_cli.db import Connection, utcnow
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus, is_legal_pair
-from kb_cli.models import chunks, documents, tasks
 from kb_cli.services.context import Kb
 from kb_cli.transitions import requeue_task
 
@@ -46,7 +43,7 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
     """Find every broken invariant; with `repair`, fix the safe ones and say so."""
     with kb.db.read() as conn:
         found = [*_status_pairs(conn), *_stray_chunks(conn), *_expired_leases(conn)]
-        referenced = set(conn.execute(select(documents.c.object_key)).scalars())
+        referenced = set(conn.execute("SELECT object_key FROM documents").scalars())
     found += _objects(kb, referenced)
     report = DoctorReport()
     for problem in found:
@@ -59,8 +56,8 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
 
 def _status_pairs(conn: Connection) -> list[Problem]:
     problems = []
-    latest = queries.get_tasks(conn, conn.execute(select(documents.c.latest_task_id)).scalars())
-    for document in conn.execute(select(documents)):
+    latest = queries.latest_tasks(conn)
+    for document in conn.execute("SELECT * FROM documents"):
         task = latest.get(document.latest_task_id)
         task_status = TaskStatus(task.status) if task else None
         if not is_legal_pair(
@@ -73,34 +70,24 @@ def _status_pairs(conn: Connection) -> list[Problem]:
                     f"document is {document.status} but its latest task is {task_status or 'none'}",
                 )
             )
-    active = select(tasks.c.id, tasks.c.document_id).where(tasks.c.status.in_(ACTIVE_TASK_STATUSES))
-    for task in conn.execute(active):
-        document = queries.get_document(conn, task.document_id)
-        if document is not None and document.latest_task_id != task.id:
-            problems.append(
-                Problem("stale_task", task.id, "active task is not its document's latest task")
-            )
+    active = ", ".join(f"'{status}'" for status in ACTIVE_TASK_STATUSES)
+    stale = f"""SELECT t.id FROM ingestion_tasks AS t JOIN documents AS d ON d.id = t.document_id
+        WHERE t.status IN ({active}) AND (d.latest_task_id IS NULL OR d.latest_task_id != t.id)"""
+    for task in conn.execute(stale):
+        problems.append(
+            Problem("stale_task", task.id, "active task is not its document's latest task")
+        )
     return problems
 
 
 def _stray_chunks(conn: Connection) -> list[Problem]:
     """Chunks may exist for a published revision, or for the latest task's revision
     while that task is running (between indexing and finalizing) or succeeded."""
-    query = (
-        select(
-            chunks.c.document_id,
-            chunks.c.revision,
-            chunks.c.task_id,
-            documents.c.published_revision,
-            documents.c.latest_task_id,
-            tasks.c.status.label("task_status"),
-            tasks.c.revision.label("task_revision"),
-        )
-        .distinct()
-        .select_from(chunks)
-        .outerjoin(documents, documents.c.id == chunks.c.document_id)
-        .outerjoin(tasks, tasks.c.id == chunks.c.task_id)
-    )
+    query = """SELECT DISTINCT c.document_id, c.revision, c.task_id, d.published_revision,
+            d.latest_task_id, t.status AS task_status, t.revision AS task_revision
+        FROM chunks AS c
+        LEFT JOIN documents AS d ON d.id = c.document_id
+        LEFT JOIN ingestion_tasks AS t ON t.id = c.task_id"""
     problems = []
     for row in conn.execute(query):
         if row.revision == row.published_revision:
@@ -123,16 +110,15 @@ def _stray_chunks(conn: Connection) -> list[Problem]:
 
 
 def _expired_leases(conn: Connection) -> list[Problem]:
-    query = select(tasks).where(
-        tasks.c.status == TaskStatus.RUNNING, tasks.c.lease_expires_at < utcnow()
-    )
+    query = f"""SELECT * FROM ingestion_tasks
+        WHERE status = '{TaskStatus.RUNNING}' AND lease_expires_at < :now"""
     return [
         Problem(
             "expired_lease",
             task.id,
             f"running under {task.worker_id}, whose lease expired at {task.lease_expires_at}",
         )
-        for task in conn.execute(query)
+        for task in conn.execute(query, {"now": utcnow()})
     ]
 
 

@@ -7,10 +7,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Connection
-
 from kb_cli import queries
-from kb_cli.db import utcnow
+from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, SUBMITTABLE, DocStatus, Stage, TaskStatus
 from kb_cli.parsers import FileKind, kind_for_filename
@@ -139,7 +137,7 @@ def list_document_records(
 ) -> list[DocumentRecord]:
     with kb.db.read() as conn:
         rows = queries.list_documents(conn, status, error_code)
-        latest = queries.get_tasks(conn, (row.latest_task_id for row in rows))
+        latest = queries.latest_tasks(conn, status, error_code)
     return [DocumentRecord.from_row(row, latest.get(row.latest_task_id)) for row in rows]
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Connection
-
 from kb_cli import queries
-from kb_cli.db import utcnow
+from kb_cli.db import Connection, utcnow
 from kb_cli.errors import BusyError, ConflictError
 from kb_cli.lifecycle import (
     CANCELLABLE,
