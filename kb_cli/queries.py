@@ -237,9 +237,12 @@ def update_task(
 # --- claiming ------------------------------------------------------------------------
 
 
-# Queued, due for a retry, or running under a lease that has run out.
+# Queued, due for a retry, or running under a lease that has run out. The first line
+# repeats the predicate of the partial index `ix_tasks_claimable` (migration 0003), so
+# both engines read that index in claim order instead of sorting the whole queue.
 _CLAIMABLE = f"""SELECT * FROM {TASKS}
-    WHERE (status = '{TaskStatus.QUEUED}'
+    WHERE status IN ('{TaskStatus.QUEUED}', '{TaskStatus.RETRY_WAIT}', '{TaskStatus.RUNNING}')
+      AND (status = '{TaskStatus.QUEUED}'
            OR (status = '{TaskStatus.RETRY_WAIT}' AND retry_at <= :now)
            OR (status = '{TaskStatus.RUNNING}' AND lease_expires_at < :now))"""
 _NEXT_CLAIMABLE = _CLAIMABLE + " ORDER BY created_at, id LIMIT 1"

@@ -14,6 +14,7 @@ from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.services import documents as docs
 from kb_cli.services import tasks
 from kb_cli.worker import Worker, WorkerOptions
+from tests.conftest import sqlite_only
 from tests.docgen import make_pdf
 
 
@@ -320,3 +321,11 @@ def _wait_for(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.02)
+
+
+@sqlite_only
+def test_claiming_reads_the_claimable_index_in_order_without_sorting_the_queue(kb):
+    with kb.db.read() as conn:
+        sql = "EXPLAIN QUERY PLAN " + queries._NEXT_CLAIMABLE
+        plan = " / ".join(row[3] for row in conn.execute(sql, {"now": "2026"}))
+    assert "USING INDEX ix_tasks_claimable" in plan and "TEMP B-TREE" not in plan, plan
