@@ -106,10 +106,10 @@ class TaskFailure(Exception):
 
 def describe_error(error: BaseException) -> str:
     """Type name and a short message: no traceback, SQL or filesystem path."""
+    # Database errors never get here raw: `kb_cli.db` turns them into KbErrors whose
+    # messages carry no SQL.
     if isinstance(error, OSError) and error.strerror:
         message = error.strerror  # str(error) would name the file
-    elif hasattr(error, "statement") and hasattr(error, "orig"):
-        message = type(error.orig).__name__  # a database error: its text carries SQL
     else:
         message = _scrub_paths(" ".join(str(error).split()))
     text = f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import kb_env, run_kb, sqlite_only
+from tests.conftest import ON_POSTGRES, POSTGRES_ADMIN_URL, kb_env, run_kb, sqlite_only
 
 
 def no_traceback(result) -> None:
@@ -104,3 +104,20 @@ def test_a_closed_pipe_is_not_an_error(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["document_id"]
     assert done.stderr == ""
+
+
+@pytest.mark.skipif(not ON_POSTGRES, reason="needs a PostgreSQL server")
+def test_a_missing_postgresql_database_is_named_by_the_servers_reason():
+    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + "/kb_no_such_database"
+    result = run_kb("--database-url", url, "status", "--json")
+    assert result.code == 1 and result.error["error"] == "internal_error"
+    assert 'database "kb_no_such_database" does not exist' in result.error["message"]
+    no_traceback(result)
+
+
+def test_an_unreachable_database_server_is_a_plain_internal_error():
+    url = "postgresql+psycopg://kb@127.0.0.1:1/kb"  # port 1: nothing listens there
+    result = run_kb("--database-url", url, "status", "--json")
+    assert result.code == 1 and result.error["error"] == "internal_error"
+    assert result.error["message"] == "cannot reach the database server (OperationalError)"
+    no_traceback(result)
