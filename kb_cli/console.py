@@ -42,9 +42,13 @@ def emit(line: str) -> None:
         raise OutputClosed() from None
 
 
+# One encoder for every line: json.dumps with options builds a new one per call.
+_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def write_json(record: Any) -> None:
     data = record.to_dict() if hasattr(record, "to_dict") else record
-    emit(json.dumps(data, ensure_ascii=False))
+    emit(_JSON.encode(data))
 
 
 def log(message: str) -> None:

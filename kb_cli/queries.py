@@ -18,6 +18,7 @@ from typing import Any
 from kb_cli.db import Connection
 from kb_cli.engines import escape_like
 from kb_cli.lifecycle import DocStatus, TaskStatus
+from kb_cli.records import LISTING_COLUMNS
 
 MIN_PREFIX = 6
 DOCUMENTS, TASKS, CHUNKS = "documents", "ingestion_tasks", "chunks"
@@ -52,34 +53,29 @@ def find_ids_by_prefix(conn: Connection, table_name: str, prefix: str) -> list[s
     return conn.execute(sql, {"pattern": escape_like(prefix) + "%"}).scalars()
 
 
-def _document_filter(status: str | None, error_code: str | None) -> tuple[str, dict]:
-    clauses, params = [], {}
-    if status:
-        clauses.append("d.status = :status")
-        params["status"] = status
-    if error_code:
-        clauses.append("t.error_code = :error_code")
-        params["error_code"] = error_code
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-
 def list_documents(
     conn: Connection, status: str | None = None, error_code: str | None = None
 ) -> list[Any]:
-    """Documents newest first, filtered by status and their latest task's error code."""
-    where, params = _document_filter(status, error_code)
-    join = f" JOIN {TASKS} AS t ON t.id = d.latest_task_id" if error_code else ""
-    sql = f"SELECT d.* FROM {DOCUMENTS} AS d{join}{where} ORDER BY d.created_at DESC, d.id"
+    """Documents newest first, each with its latest task's columns (LISTING_COLUMNS),
+    filtered by status and by that task's error code."""
+    clauses, params = [], {"status": status, "error_code": error_code}
+    if status:
+        clauses.append("d.status = :status")
+    if error_code:
+        clauses.append("t.error_code = :error_code")
+    where = " WHERE " + " AND ".join(clauses) if clauses else ""
+    sql = (
+        f"SELECT {', '.join(LISTING_COLUMNS)} FROM {DOCUMENTS} AS d"
+        f" LEFT JOIN {TASKS} AS t ON t.id = d.latest_task_id{where}"
+        " ORDER BY d.created_at DESC, d.id"
+    )
     return conn.execute(sql, params).all()
 
 
-def latest_tasks(
-    conn: Connection, status: str | None = None, error_code: str | None = None
-) -> dict[str, Any]:
-    """The latest task of each document `list_documents` returns, by task id."""
-    where, params = _document_filter(status, error_code)
-    sql = f"SELECT t.* FROM {DOCUMENTS} AS d JOIN {TASKS} AS t ON t.id = d.latest_task_id{where}"
-    return {row.id: row for row in conn.execute(sql, params)}
+def latest_tasks(conn: Connection) -> dict[str, Any]:
+    """The latest task of every document, by task id."""
+    sql = f"SELECT t.* FROM {DOCUMENTS} AS d JOIN {TASKS} AS t ON t.id = d.latest_task_id"
+    return {row.id: row for row in conn.execute(sql)}
 
 
 def failed_task_ids(conn: Connection, error_code: str | None = None) -> list[str]:

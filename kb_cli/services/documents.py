@@ -137,8 +137,7 @@ def list_document_records(
 ) -> list[DocumentRecord]:
     with kb.db.read() as conn:
         rows = queries.list_documents(conn, status, error_code)
-        latest = queries.latest_tasks(conn, status, error_code)
-    return [DocumentRecord.from_row(row, latest.get(row.latest_task_id)) for row in rows]
+    return [DocumentRecord.from_listing(row) for row in rows]
 
 
 # --- helpers -------------------------------------------------------------------------
