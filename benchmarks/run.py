@@ -241,7 +241,40 @@ def scaling(work: Path, sizes: Sizes) -> list[Row]:
                 f"1 worker {one:.2f} s, 2 workers {two:.2f} s",
             )
         )
+    rows.append(machine_parallelism(work, pdf, sizes))
     return rows
+
+
+def machine_parallelism(work: Path, pdf: bytes, sizes: Sizes) -> Row:
+    """What two processes gain on this machine at all: bare pypdf on the same batch.
+    Context for the scaling target, not a target of kb's."""
+    path = work / "scaling.pdf"
+    path.write_bytes(pdf)
+    script = (
+        "import sys; from pypdf import PdfReader\n"
+        "for _ in range(int(sys.argv[2])):\n"
+        "    [page.extract_text() for page in PdfReader(sys.argv[1]).pages]"
+    )
+
+    def batch(processes: int) -> float:
+        share = str(sizes.batch_pdfs // processes)
+        start = time.perf_counter()
+        procs = [subprocess.Popen([PY, "-c", script, str(path), share]) for _ in range(processes)]
+        for proc in procs:
+            proc.wait()
+        return time.perf_counter() - start
+
+    one = median_of(sizes.runs, lambda: batch(1))
+    two = median_of(sizes.runs, lambda: batch(2))
+    return Row(
+        "2 scaling",
+        f"the machine itself: bare pypdf on the same {sizes.batch_pdfs} PDFs, 2 processes",
+        one / two,
+        1.0,
+        "x",
+        "context",
+        f"1 process {one:.2f} s, 2 processes {two:.2f} s",
+    )
 
 
 def backends() -> list[str]:
@@ -343,17 +376,19 @@ def parse_efficiency(work: Path, sizes: Sizes) -> list[Row]:
         "[p.extract_text() for p in PdfReader(sys.argv[1]).pages]",
         str(pdf_path),
     ]
-    bare_runs = [peak_rss_of(bare, dict(os.environ)) for _ in range(sizes.runs)]
-    bare_wall = statistics.median(r[0] for r in bare_runs)
-    bare_rss = statistics.median(r[1] for r in bare_runs)
-    rows = []
-    for backend in backends():
-        runs = []
-        for _ in range(sizes.runs):
+    # Interleaved, so that the machine's ups and downs fall on kb and reference alike.
+    bare_runs, kb_runs = [], {backend: [] for backend in backends()}
+    for _ in range(sizes.runs):
+        bare_runs.append(peak_rss_of(bare, dict(os.environ)))
+        for backend, runs in kb_runs.items():
             home = Path(tempfile.mkdtemp(dir=work)) / "home"
             kb(home, "upload", str(pdf_path), "--submit")
             command = [PY, "-m", "kb_cli", "work"]
             runs.append(peak_rss_of(command, env_for(home, KB_PDF_BACKEND=backend)))
+    bare_wall = statistics.median(r[0] for r in bare_runs)
+    bare_rss = statistics.median(r[1] for r in bare_runs)
+    rows = []
+    for backend, runs in kb_runs.items():
         wall = statistics.median(r[0] for r in runs)
         rss = statistics.median(r[1] for r in runs)
         target = "<= 1.2x" if backend == "pypdf" else "<= 0.33x (3x faster)"
