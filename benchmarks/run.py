@@ -465,11 +465,17 @@ def cli_latency(work: Path, sizes: Sizes) -> list[Row]:
         subprocess.run(command, env=env, capture_output=True, check=True)
         return time.perf_counter() - start
 
-    runs = max(sizes.runs, 5)
-    kb_status = median_of(runs, lambda: wall([PY, "-m", "kb_cli", "status", "--json"]))
-    ref_status = median_of(runs, lambda: wall([PY, str(script), "status", "--json"]))
-    kb_help = median_of(runs, lambda: wall([PY, "-m", "kb_cli", "--help"]))
-    ref_help = median_of(runs, lambda: wall([PY, str(script), "--help"]))
+    commands = {
+        "kb_status": [PY, "-m", "kb_cli", "status", "--json"],
+        "ref_status": [PY, str(script), "status", "--json"],
+        "kb_help": [PY, "-m", "kb_cli", "--help"],
+        "ref_help": [PY, str(script), "--help"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(max(sizes.runs, 7)):  # interleaved: noise falls on kb and reference alike
+        for name, command in commands.items():
+            times[name].append(wall(command))
+    kb_status, ref_status, kb_help, ref_help = (statistics.median(times[name]) for name in commands)
     imports = subprocess.run(
         [PY, "-X", "importtime", "-m", "kb_cli", "--help"], env=env, capture_output=True, text=True
     ).stderr
