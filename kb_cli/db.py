@@ -119,27 +119,44 @@ class Database:
 
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Connection]:
-        raw = self._checkout()
-        reusable = True
-        try:
-            with self._translate_errors():
-                self.engine.begin(raw, write)
-                try:
-                    yield Connection(raw, self.engine)
-                    self.engine.commit(raw)
-                except BaseException:
-                    reusable = self._rollback(raw)
-                    raise
-        finally:
-            if reusable and not getattr(raw, "broken", False):
-                self._idle.connections.append(raw)
-            else:
-                self._discard(raw)
+        with self._translate_errors():
+            raw = self._begin(write)
+            try:
+                yield Connection(raw, self.engine)
+                self.engine.commit(raw)
+            except BaseException:
+                with contextlib.suppress(self.engine.Error):  # the first error is the news
+                    self.engine.rollback(raw)
+                raise
+            finally:
+                self._release(raw)
 
-    def _checkout(self) -> Any:
+    def _begin(self, write: bool) -> Any:
+        """A connection with its transaction begun. A pooled connection that the server
+        dropped while it sat idle (restart, failover, idle timeout) is replaced once:
+        nothing has run in the transaction yet, so beginning again is safe."""
         idle = self._idle.__dict__.setdefault("connections", [])
         if idle:
-            return idle.pop()
+            raw = idle.pop()
+            try:
+                self.engine.begin(raw, write)
+                return raw
+            except BaseException as error:
+                self._release(raw)
+                dropped = isinstance(error, self.engine.Error) and self.engine.is_connection_error(
+                    error
+                )
+                if not dropped:
+                    raise
+        raw = self._connect()
+        try:
+            self.engine.begin(raw, write)
+        except BaseException:
+            self._release(raw)
+            raise
+        return raw
+
+    def _connect(self) -> Any:
         try:
             return self.engine.connect(self.url, self.busy_timeout_seconds)
         except self.engine.Error as error:
@@ -150,13 +167,13 @@ class Database:
                 raise UsageError(message) from error
             raise DatabaseUnavailable(message) from error
 
-    def _rollback(self, raw: Any) -> bool:
-        """Roll back; False when the connection went with its transaction."""
-        try:
-            self.engine.rollback(raw)
-            return True
-        except self.engine.Error:
-            return False
+    def _release(self, raw: Any) -> None:
+        """Back to this thread's idle list if it is clean; closed if it is broken or
+        still inside a transaction (an interrupt between BEGIN and ROLLBACK)."""
+        if self.engine.is_clean(raw):
+            self._idle.connections.append(raw)
+        else:
+            self._discard(raw)
 
     @staticmethod
     def _discard(raw: Any) -> None:

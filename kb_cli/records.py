@@ -134,8 +134,9 @@ DOCUMENT_COLUMNS = (
     "created_at",
     "updated_at",
 )
+# Task columns get their own names: psycopg's rows refuse a second `id` or `status`.
 LISTING_COLUMNS = tuple(f"d.{column}" for column in DOCUMENT_COLUMNS) + tuple(
-    f"t.{column}" for column in TASK_COLUMNS
+    f"t.{column} AS task_{column}" for column in TASK_COLUMNS
 )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kb_cli.config import resolve_settings
-from kb_cli.services import doctor
+from kb_cli.services import doctor, documents
 from kb_cli.services.context import Kb
 from tests.conftest import ON_POSTGRES, db_rows, run_kb, start_kb, write_lock_held
 
@@ -270,6 +270,44 @@ def test_worker_that_loses_its_database_connection_exits_and_is_reclaimed(tmp_pa
     time.sleep(1.2)
     rescued = run_kb("work", "--json").record["task"]
     assert rescued["status"] == "succeeded" and rescued["attempt"] == 2
+
+
+@pytest.mark.skipif(not ON_POSTGRES, reason="a PostgreSQL server connection")
+def test_a_connection_the_server_dropped_while_idle_is_replaced(kb, tmp_path):
+    """A server restart or an idle timeout between two tasks: the next transaction
+    connects anew instead of stopping the worker."""
+    from sqlalchemy import create_engine, text
+
+    with kb.db.read() as conn:  # leaves one idle connection in this thread's pool
+        backend = conn.execute("SELECT pg_backend_pid()").scalar()
+    admin = create_engine(os.environ["KB_TEST_POSTGRES_URL"], isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": backend})
+    admin.dispose()
+    with kb.db.write() as conn:
+        assert conn.execute("SELECT pg_backend_pid()").scalar() != backend
+        assert conn.execute("SELECT count(*) FROM documents").scalar() == 0
+
+
+def test_a_connection_interrupted_while_rolling_back_is_not_reused(kb, tmp_path, monkeypatch):
+    """Ctrl-C between BEGIN and ROLLBACK must not leave an open transaction in the pool,
+    where the next unrelated write would either fail or commit the half-done one."""
+    path = tmp_path / "a.txt"
+    path.write_text("Words about ledgers.")
+    [doc] = documents.upload_files(kb, [path])
+
+    def interrupted(raw) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kb.db.engine, "rollback", interrupted)
+    with pytest.raises(KeyboardInterrupt), kb.db.write() as conn:
+        conn.execute("UPDATE documents SET filename = 'half-done.txt'")
+        raise RuntimeError("the command failed")
+    monkeypatch.undo()
+    with kb.db.write() as conn:
+        conn.execute("UPDATE documents SET version = version")
+    with kb.db.read() as conn:
+        assert conn.execute("SELECT filename FROM documents").scalars() == [doc.filename]
 
 
 def test_two_workers_reclaiming_the_same_task_by_name_only_one_wins(tmp_path, kb_home):

@@ -329,3 +329,22 @@ def test_claiming_reads_the_claimable_index_in_order_without_sorting_the_queue(k
         sql = "EXPLAIN QUERY PLAN " + queries._NEXT_CLAIMABLE
         plan = " / ".join(row[3] for row in conn.execute(sql, {"now": "2026"}))
     assert "USING INDEX ix_tasks_claimable" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_status_lists_documents_newest_first_with_their_latest_task_and_filters(kb, tmp_path):
+    good = docs.upload_files(kb, [write(tmp_path, "good.txt")], submit=True)[0]
+    bad = docs.upload_files(kb, [write(tmp_path, "bad.pdf", b"%PDF-1.4 broken")], submit=True)[0]
+    [draft] = docs.upload_files(kb, [write(tmp_path, "draft.txt")])
+    work(kb, max_attempts=1)
+    listed = docs.list_document_records(kb)
+    assert [record.filename for record in listed] == ["draft.txt", "bad.pdf", "good.txt"]
+    assert listed[0].latest_task is None
+    assert listed[1].latest_task.task_id == bad.task_id
+    assert listed[1].latest_task.error_code == "parse_error"
+    assert listed[2].latest_task.status == "succeeded" and listed[2].status == "review_pending"
+    assert listed[2].to_dict() == docs.document_record_for(kb, good.document_id).to_dict()
+    failed = docs.list_document_records(kb, status="failed")
+    assert [record.document_id for record in failed] == [bad.document_id]
+    by_code = docs.list_document_records(kb, error_code="parse_error")
+    assert [record.document_id for record in by_code] == [bad.document_id]
+    assert docs.list_document_records(kb, status="draft")[0].document_id == draft.document_id

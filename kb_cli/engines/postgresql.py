@@ -76,6 +76,13 @@ def rollback(raw: psycopg.Connection) -> None:
         raw.execute("ROLLBACK")
 
 
+def is_clean(raw: psycopg.Connection) -> bool:
+    """Fit for the next transaction: connected, and no transaction left open."""
+    from psycopg.pq import TransactionStatus
+
+    return not raw.broken and raw.info.transaction_status == TransactionStatus.IDLE
+
+
 def execute(raw: psycopg.Connection, sql: str, params):
     return raw.execute(driver_sql(sql), params)
 
@@ -92,7 +99,10 @@ _PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 
 @functools.lru_cache(maxsize=1024)
 def driver_sql(sql: str) -> str:
-    """`:name` parameters as psycopg's `%(name)s`; string literals and casts left alone."""
+    """`:name` parameters as psycopg's `%(name)s`; string literals and casts left alone.
+
+    Made for kb's own statements, which have no comments, quoted identifiers, dollar
+    quotes or E'' strings: in those, a `:word` would be taken for a parameter."""
     parts = _LITERAL.split(sql.replace("%", "%%"))
     return "".join(
         part if index % 2 else _PARAMETER.sub(r"%(\1)s", part) for index, part in enumerate(parts)
@@ -105,9 +115,14 @@ def is_lock_error(error: BaseException) -> bool:
 
 
 def is_connection_error(error: BaseException) -> bool:
+    """The connection is gone (not a query that failed on a live one): the client lost
+    it (no SQLSTATE), or the server says so (class 08, or an admin shutdown 57P0x)."""
     from psycopg import OperationalError
 
-    return isinstance(error, OperationalError)
+    state = getattr(error, "sqlstate", None)
+    if state is None:
+        return isinstance(error, OperationalError)
+    return state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 def connect_error_message(error: BaseException) -> str:

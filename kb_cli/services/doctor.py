@@ -82,7 +82,9 @@ def _status_pairs(conn: Connection) -> list[Problem]:
 
 def _stray_chunks(conn: Connection) -> list[Problem]:
     """Chunks may exist for a published revision, or for the latest task's revision
-    while that task is running (between indexing and finalizing) or succeeded."""
+    once that task succeeded. Also while it runs: this kb writes chunks only with the
+    completion, but a worker of an older kb, still running during an upgrade, writes
+    them one transaction earlier."""
     query = """SELECT DISTINCT c.document_id, c.revision, c.task_id, d.published_revision,
             d.latest_task_id, t.status AS task_status, t.revision AS task_revision
         FROM chunks AS c
@@ -152,7 +154,8 @@ def _delete_stray_chunks(kb: Kb, document_id: str) -> bool:
         stray = [p for p in _stray_chunks(conn) if p.id == document_id]
         if stray:
             document = queries.get_document(conn, document_id)
-            keep = {document.published_revision} if document else set()
+            published = document.published_revision if document else None
+            keep = {published} if published is not None else set()  # NOT IN (NULL) is empty
             if document and document.latest_task_id:
                 task = queries.get_task(conn, document.latest_task_id)
                 if task and task.status in (TaskStatus.RUNNING, TaskStatus.SUCCEEDED):
