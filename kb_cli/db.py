@@ -133,28 +133,22 @@ class Database:
 
     def _begin(self, write: bool) -> Any:
         """A connection with its transaction begun. A pooled connection that the server
-        dropped while it sat idle (restart, failover, idle timeout) is replaced once:
+        dropped while it sat idle (restart, failover, idle timeout) is replaced:
         nothing has run in the transaction yet, so beginning again is safe."""
         idle = self._idle.__dict__.setdefault("connections", [])
-        if idle:
-            raw = idle.pop()
+        while True:
+            pooled = bool(idle)
+            raw = idle.pop() if pooled else self._connect()
             try:
                 self.engine.begin(raw, write)
                 return raw
             except BaseException as error:
                 self._release(raw)
-                dropped = isinstance(error, self.engine.Error) and self.engine.is_connection_error(
-                    error
-                )
-                if not dropped:
+                if not (pooled and self._is_connection_error(error)):
                     raise
-        raw = self._connect()
-        try:
-            self.engine.begin(raw, write)
-        except BaseException:
-            self._release(raw)
-            raise
-        return raw
+
+    def _is_connection_error(self, error: BaseException) -> bool:
+        return isinstance(error, self.engine.Error) and self.engine.is_connection_error(error)
 
     def _connect(self) -> Any:
         try:

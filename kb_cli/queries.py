@@ -54,21 +54,26 @@ def find_ids_by_prefix(conn: Connection, table_name: str, prefix: str) -> list[s
 
 
 def list_documents(
-    conn: Connection, status: str | None = None, error_code: str | None = None
+    conn: Connection,
+    status: str | None = None,
+    error_code: str | None = None,
+    document_id: str | None = None,
 ) -> list[Any]:
     """Documents newest first, each with its latest task's columns (LISTING_COLUMNS),
-    filtered by status and by that task's error code."""
-    clauses, params = [], {"status": status, "error_code": error_code}
-    if status:
-        clauses.append("d.status = :status")
-    if error_code:
-        clauses.append("t.error_code = :error_code")
+    filtered by status, by that task's error code, or to one document."""
+    conditions = {
+        "d.status = :status": status,
+        "t.error_code = :error_code": error_code,
+        "d.id = :id": document_id,
+    }
+    clauses = [condition for condition, value in conditions.items() if value]
     where = " WHERE " + " AND ".join(clauses) if clauses else ""
     sql = (
         f"SELECT {', '.join(LISTING_COLUMNS)} FROM {DOCUMENTS} AS d"
         f" LEFT JOIN {TASKS} AS t ON t.id = d.latest_task_id{where}"
         " ORDER BY d.created_at DESC, d.id"
     )
+    params = {"status": status, "error_code": error_code, "id": document_id}
     return conn.execute(sql, params).all()
 
 

@@ -72,23 +72,6 @@ class DocumentRecord:
     latest_task: TaskRecord | None
 
     @classmethod
-    def from_row(cls, row: Row, latest_task: Row | None) -> DocumentRecord:
-        return cls(  # positional, in field order, as TaskRecord.from_row
-            row.id,
-            row.filename,
-            row.content_type,
-            row.size_bytes,
-            row.sha256,
-            row.status,
-            row.version,
-            row.revision,
-            row.published_revision,
-            row.created_at,
-            row.updated_at,
-            TaskRecord.from_row(latest_task) if latest_task else None,
-        )
-
-    @classmethod
     def from_listing(cls, values: tuple) -> DocumentRecord:
         """From a row of LISTING_COLUMNS: the document's fields, then its latest task's
         (all NULL when it has none)."""

@@ -124,9 +124,7 @@ def sqlalchemy_engine(url: str, busy_timeout_seconds: float) -> Engine:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:
         dbapi_connection.isolation_level = None  # the begin event below starts transactions
-        dbapi_connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
-        dbapi_connection.execute("PRAGMA journal_mode = WAL")
-        dbapi_connection.execute("PRAGMA foreign_keys = ON")
+        _configure(dbapi_connection, busy_timeout_seconds)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: SAConnection) -> None:

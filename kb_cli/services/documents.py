@@ -125,11 +125,10 @@ def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -
 
 
 def document_record(conn: Connection, document_id: str) -> DocumentRecord:
-    document = queries.get_document(conn, document_id)
-    if document is None:
+    rows = queries.list_documents(conn, document_id=document_id)
+    if not rows:
         raise NotFoundError(f"no document with id {document_id!r}")
-    latest = queries.get_task(conn, document.latest_task_id) if document.latest_task_id else None
-    return DocumentRecord.from_row(document, latest)
+    return DocumentRecord.from_listing(rows[0])
 
 
 def list_document_records(
