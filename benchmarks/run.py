@@ -208,8 +208,8 @@ def queue_overhead(work: Path, sizes: Sizes) -> list[Row]:
             huey_rate,
             "tasks/s",
             "context",
-            "the floor for kb's work per task: claim, audit, chunk into both FTS5 "
-            "indexes, completion, in two transactions",
+            "the floor for kb's work per task: claim, audit, chunk into the FTS5 "
+            "index, completion, in two transactions",
         ),
     ]
 
@@ -259,9 +259,9 @@ def raw_sqlite_tasks(home: Path) -> int:
             "DELETE FROM chunks WHERE document_id = ? AND revision = ?", (document_id, revision)
         )
         conn.execute(
-            "INSERT INTO chunks (document_id, revision, task_id, chunk_index, text)"
-            " VALUES (?, ?, ?, 0, ?)",
-            (document_id, revision, task_id, text),
+            "INSERT INTO chunks (document_id, revision, task_id, chunk_index, text, terms)"
+            " VALUES (?, ?, ?, 0, ?, ?)",
+            (document_id, revision, task_id, text, text),
         )
         conn.execute(
             "UPDATE documents SET status = 'review_pending', version = version + 1,"
@@ -696,6 +696,7 @@ def search_latency(work: Path, sizes: Sizes) -> list[Row]:
     from kb_cli.config import resolve_settings
     from kb_cli.services import search
     from kb_cli.services.context import Kb
+    from kb_cli.textsearch import words
 
     rows = []
     for count in sizes.search_chunks:
@@ -703,25 +704,21 @@ def search_latency(work: Path, sizes: Sizes) -> list[Row]:
         fill_chunks(home, count)
         service = Kb.open(resolve_settings(str(home), None, None), actor="bench")
         raw = sqlite3.connect(home / "kb.sqlite3")
-        cases = [
-            ("English", "retention policy", "chunks_words"),
-            ("Chinese", "知识库入库", "chunks_trigrams"),
-        ]
-        for label, query, table in cases:
-            fts = " ".join(f'"{w}"' for w in query.split())
+        for label, query in (("English", "retention policy"), ("Chinese", "知识库入库")):
+            terms = " OR ".join(f'"{w}"' for w in words(query))  # segmented, as kb does
 
             def ours(query: str = query, service: Kb = service) -> float:
                 start = time.perf_counter()
-                search.search(service, query, limit=10)
+                search.search(service, query, limit=10, mode="lexical")
                 return (time.perf_counter() - start) * 1000
 
-            def reference(fts: str = fts, table: str = table, raw=raw) -> float:
+            def reference(terms: str = terms, raw=raw) -> float:
                 start = time.perf_counter()
                 raw.execute(
-                    f"SELECT c.document_id, c.text, bm25({table}) AS s FROM {table} "
-                    f"JOIN chunks c ON c.id = {table}.rowid WHERE {table} MATCH ? "
+                    "SELECT c.document_id, c.text, bm25(chunks_terms) AS s FROM chunks_terms "
+                    "JOIN chunks c ON c.id = chunks_terms.rowid WHERE chunks_terms MATCH ? "
                     "ORDER BY s LIMIT 10",
-                    (fts,),
+                    (terms,),
                 ).fetchall()
                 return (time.perf_counter() - start) * 1000
 
@@ -732,7 +729,7 @@ def search_latency(work: Path, sizes: Sizes) -> list[Row]:
             rows.append(
                 Row(
                     "7 search latency",
-                    f"{count} published chunks, {label}",
+                    f"{count} published chunks, {label}, lexical (in process)",
                     mine,
                     ref,
                     "ms",
@@ -741,16 +738,53 @@ def search_latency(work: Path, sizes: Sizes) -> list[Row]:
                 )
             )
         raw.close()
+        rows.append(hybrid_process(home, count, sizes))
     return rows
 
 
+def hybrid_process(home: Path, count: int, sizes: Sizes) -> Row:
+    """Whole `kb search` processes: hybrid (load the model, embed the query, read every
+    published vector, fuse) against lexical-only on the same database, interleaved."""
+    question = "How long is the retention policy for invoices?"
+
+    def run(mode: str) -> float:
+        start = time.perf_counter()
+        kb(home, "search", question, "--mode", mode, "--json")
+        return time.perf_counter() - start
+
+    run("hybrid"), run("lexical")  # warm caches
+    hybrid, lexical = [], []
+    for _ in range(10 if sizes.runs > 1 else 2):
+        hybrid.append(run("hybrid"))
+        lexical.append(run("lexical"))
+    return Row(
+        "7 search latency",
+        f"{count} published chunks, whole `kb search` process, hybrid",
+        statistics.median(hybrid),
+        statistics.median(lexical),
+        "s",
+        "<= 2x lexical-only kb search" if count <= 10_000 else "report",
+        "reference: the same process with --mode lexical; both include start-up",
+    )
+
+
 def fill_chunks(home: Path, count: int) -> None:
+    """`count` published chunks with words in both scripts and 256-d float16 vectors of
+    the built-in model's name (random unit vectors: search costs the same)."""
+    import numpy as np
+
+    from kb_cli.embeddings.local import MODEL_NAME
+    from kb_cli.textsearch import count_words, index_terms
+
     kb(home, "status")
     conn = sqlite3.connect(home / "kb.sqlite3")
     chinese = "知识库入库流程审核发布检索错误码文档上传草稿任务解析切分索引"
     per_doc = 50
     docs, chunks = [], []
     now = "2026-01-01T00:00:00.000000Z"
+    vectors = np.random.default_rng(7).standard_normal((count, 256)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = vectors.astype("<f2")
     for d in range(count // per_doc):
         doc_id = str(uuid.uuid4())
         docs.append(
@@ -774,15 +808,77 @@ def fill_chunks(home: Path, count: int) -> None:
             n = d * per_doc + c
             words = " ".join(VOCABULARY[(n * 7 + i * 3) % len(VOCABULARY)] for i in range(60))
             zh = "".join(chinese[(n + i) % len(chinese)] for i in range(40))
-            chunks.append((doc_id, 1, c, "t", f"{words} {zh}", None, None))
+            text = f"{words} {zh}"
+            terms = index_terms(text)
+            blob = vectors[n].tobytes()
+            chunks.append(
+                (doc_id, 1, c, "t", text, terms, count_words(terms), blob, MODEL_NAME, 256)
+            )
     conn.executemany("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", docs)
     conn.executemany(
-        "INSERT INTO chunks (document_id, revision, chunk_index, task_id, text, "
-        "page, heading) VALUES (?,?,?,?,?,?,?)",
+        "INSERT INTO chunks (document_id, revision, chunk_index, task_id, text, terms, "
+        "term_count, embedding, embedding_model, embedding_dim) VALUES (?,?,?,?,?,?,?,?,?,?)",
         chunks,
     )
     conn.commit()
     conn.close()
+
+
+# --- 9. embeddings --------------------------------------------------------------------------
+
+
+def embedding_cost(work: Path, sizes: Sizes) -> list[Row]:
+    """The built-in model's throughput, and what the embedding stage adds to `kb work`."""
+    from kb_cli.embeddings.local import LocalEmbedder
+
+    embedder = LocalEmbedder()
+    english = " ".join(VOCABULARY[i % len(VOCABULARY)] for i in range(400))[:800]
+    count = 2000 if sizes.runs > 1 else 200
+    texts = [f"{english} {i}" for i in range(count)]
+    embedder.embed(texts[:64])  # load the model first
+
+    def throughput() -> float:
+        start = time.perf_counter()
+        for i in range(0, count, embedder.batch_size):
+            embedder.embed(texts[i : i + embedder.batch_size])
+        return count / (time.perf_counter() - start)
+
+    rate = median_of(sizes.runs, throughput)
+    pdf = make_pdf(paged_text(sizes.big_pdf_pages))
+
+    def work_with(provider: str) -> float:
+        home = Path(tempfile.mkdtemp(dir=work)) / "home"
+        path = home.parent / "big.pdf"
+        path.write_bytes(pdf)
+        kb(home, "upload", str(path), "--submit", KB_EMBEDDINGS=provider)
+        start = time.perf_counter()
+        kb(home, "work", KB_EMBEDDINGS=provider)
+        return time.perf_counter() - start
+
+    with_embeddings, without = [], []
+    for _ in range(sizes.runs):  # interleaved, so both see the same machine
+        with_embeddings.append(work_with("local"))
+        without.append(work_with("none"))
+    return [
+        Row(
+            "9 embeddings",
+            "built-in model, 800-character English chunks, in process",
+            rate,
+            1000,
+            "chunks/s",
+            ">= 1,000 chunks/s (ratio >= 1)",
+            "reference: the target itself",
+        ),
+        Row(
+            "9 embeddings",
+            f"kb work, {sizes.big_pdf_pages}-page PDF, with embeddings vs none",
+            statistics.median(with_embeddings),
+            statistics.median(without),
+            "s",
+            "<= 1.5x",
+            "reference: the same run with KB_EMBEDDINGS=none",
+        ),
+    ]
 
 
 # --- 8. claims per second, per engine -----------------------------------------------------
@@ -880,6 +976,7 @@ CASES = {
     "amplification": write_amplification,
     "search": search_latency,
     "claims": claims_per_second,
+    "embeddings": embedding_cost,
 }
 
 

@@ -25,6 +25,10 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 # whole); CJK sentences end at full-width punctuation, space or not.
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*")
 _SPACES = re.compile(r"\s+")
+_CJK = "\u2e80-\u9fff\uf900-\uffef"
+# PDF extraction breaks lines inside Chinese words (稳定 -> 稳\n定); a line break between
+# two CJK characters is no word boundary, so it is dropped rather than made a space.
+_CJK_LINE_BREAK = re.compile(rf"(?<=[{_CJK}])[^\S\n]*\n\s*(?=[{_CJK}])")
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def _join(pieces: list[str]) -> str:
 def _paragraphs(text: str, limit: int) -> Iterator[str]:
     """Normalised paragraphs, none longer than `limit` characters."""
     for raw in _PARAGRAPH_BREAK.split(text):
-        paragraph = _SPACES.sub(" ", raw).strip()
+        paragraph = _SPACES.sub(" ", _CJK_LINE_BREAK.sub("", raw)).strip()
         if paragraph:
             yield from _split_long(paragraph, limit)
 
@@ -119,7 +123,7 @@ def _concat(left: str, right: str) -> str:
 
 
 def _is_cjk(char: str) -> bool:
-    return "\u2e80" <= char <= "\u9fff" or "\uf900" <= char <= "\uffef"
+    return "\u2e80" <= char <= "\u9fff" or "\uf900" <= char <= "\uffef"  # = _CJK
 
 
 def _tail(text: str, overlap: int) -> str:

@@ -431,17 +431,86 @@ def publish(
 @app.command()
 def search(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(help="Words to look for.")],
+    query: Annotated[
+        str,
+        typer.Argument(help='A question or words; a "quoted phrase" must match exactly.'),
+    ],
     limit: Annotated[int, typer.Option("--limit", metavar="K", min=1, help="Most hits.")] = 10,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode",
+            metavar="hybrid|lexical|vector",
+            help="Ranking: words (BM25), meaning (vectors), or both fused "
+            "(default: hybrid when the chunks have vectors).",
+            show_default=False,
+        ),
+    ] = None,
+    per_document: Annotated[
+        bool,
+        typer.Option("--per-document", help="One hit per document: its best chunk."),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
-    """Search published documents, best hit first.
+    """Search published documents, best hit first. Questions are ranked, not filtered.
 
-    Example: kb search "retention policy" --limit 5
+    Examples: kb search "How do I reset my VPN password?"; kb search 出差报销 --per-document
     """
     from kb_cli.services import search as search_service
 
-    console.print_records(search_service.search(_open(ctx), query, limit), json_out)
+    result = search_service.search(_open(ctx), query, limit, mode, per_document)
+    for warning in result.warnings:
+        console.log(f"kb: warning: {warning}")
+    console.print_records(result.hits, json_out)
+    if not result.hits and not json_out and console.is_fancy(sys.stderr):
+        console.log("no hits; search covers published revisions only (kb publish DOCUMENT_ID)")
+
+
+@app.command("eval")
+def eval_command(
+    ctx: typer.Context,
+    questions_file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="QUESTIONS_FILE",
+            help='JSON Lines: {"question": ..., "expected": [FILE or ID], "forbidden": [...]}.',
+        ),
+    ],
+    k: Annotated[int, typer.Option("--k", metavar="K", min=1, help="Hits that count.")] = 3,
+    min_hit_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--min-hit-rate",
+            metavar="X",
+            min=0,
+            max=1,
+            help="Exit 4 when hit@k is below X (0 to 1).",
+        ),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Score search on a fixed question set: hit@1, hit@k, recall@k, MRR, leaks.
+
+    Each question is searched as the caller, one hit per document. Exits 4 when hit@k
+    is below --min-hit-rate or any forbidden document was returned.
+
+    Example: kb eval sample_docs/questions.jsonl --k 3 --min-hit-rate 0.9
+    """
+    from kb_cli.errors import QualityBelowThreshold
+    from kb_cli.services import evaluation
+
+    questions = evaluation.load_questions(questions_file)
+    results, summary = evaluation.evaluate(_open(ctx), questions, k)
+    if json_out:
+        console.print_records([*results, summary], True)
+    else:
+        console.print_eval(results, summary)
+    if summary.forbidden_leaks:
+        raise QualityBelowThreshold(f"{summary.forbidden_leaks} forbidden document(s) returned")
+    if min_hit_rate is not None and summary.hit_at_k < min_hit_rate:
+        raise QualityBelowThreshold(
+            f"hit@{k} {summary.hit_at_k:.2f} is below --min-hit-rate {min_hit_rate:g}"
+        )
 
 
 @app.command()

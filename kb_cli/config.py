@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from kb_cli.embeddings import PROVIDERS, EmbeddingSettings
 from kb_cli.errors import UsageError
 
 DEFAULT_MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
+DEFAULT_VECTOR_FLOOR = 0.2
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,10 @@ class Settings:
     object_store: Path
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     busy_timeout_seconds: float = DEFAULT_BUSY_TIMEOUT_SECONDS
+    embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    # Vector hits below this cosine similarity are dropped: a query about nothing in
+    # the knowledge base gets no hits instead of the nearest unrelated chunks.
+    vector_floor: float = DEFAULT_VECTOR_FLOOR
 
 
 def _env_number(name: str, default: float, cast: type = float) -> float:
@@ -52,4 +58,23 @@ def resolve_settings(
         object_store=store,
         max_upload_bytes=int(_env_number("KB_MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES, int)),
         busy_timeout_seconds=_env_number("KB_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT_SECONDS),
+        embeddings=_embedding_settings(),
+        vector_floor=_env_number("KB_VECTOR_FLOOR", DEFAULT_VECTOR_FLOOR),
+    )
+
+
+def _embedding_settings() -> EmbeddingSettings:
+    provider = os.environ.get("KB_EMBEDDINGS") or "local"
+    if provider not in PROVIDERS:
+        raise UsageError(f"KB_EMBEDDINGS must be one of {', '.join(PROVIDERS)}; got {provider!r}")
+    batch = int(_env_number("KB_EMBEDDING_BATCH", 64, int))
+    if batch < 1:
+        raise UsageError("KB_EMBEDDING_BATCH must be at least 1")
+    return EmbeddingSettings(
+        provider=provider,
+        url=os.environ.get("KB_EMBEDDING_URL") or None,
+        model=os.environ.get("KB_EMBEDDING_MODEL") or None,
+        api_key=os.environ.get("KB_EMBEDDING_API_KEY") or None,
+        batch_size=batch,
+        timeout_seconds=_env_number("KB_EMBEDDING_TIMEOUT", 30.0),
     )

@@ -128,9 +128,27 @@ def search_line(hit: SearchHit) -> str:
     place = f" page={hit.page}" if hit.page else ""
     place += f" heading={json.dumps(hit.heading, ensure_ascii=False)}" if hit.heading else ""
     snippet = " ".join(hit.snippet.split())
+    ranks = "".join(
+        f" {name}#{rank}"
+        for name, rank in (("words", hit.lexical_rank), ("meaning", hit.vector_rank))
+        if rank is not None
+    )
     return (
-        f"{hit.score:.3f} {hit.filename} rev={hit.revision} chunk={hit.chunk_index}{place}\n"
+        f"{hit.score:.3f} {hit.filename} rev={hit.revision} chunk={hit.chunk_index}{place}{ranks}\n"
         f"    {snippet}"
+    )
+
+
+def print_eval(results: list[Any], summary: Any) -> None:
+    """One line per question (rank of the first expected document), then the scores."""
+    for result in results:
+        rank = f"#{result.first_expected_rank}" if result.first_expected_rank else "miss"
+        leak = f"  LEAK {', '.join(result.forbidden_returned)}" if result.forbidden_returned else ""
+        emit(f"{rank:>4}  {result.question}  -> {', '.join(result.expected)}{leak}")
+    emit(
+        f"{summary.questions} questions, k={summary.k}: hit@1 {summary.hit_at_1:.2f}  "
+        f"hit@{summary.k} {summary.hit_at_k:.2f}  recall@{summary.k} {summary.recall_at_k:.2f}  "
+        f"MRR {summary.mrr:.2f}  forbidden returned {summary.forbidden_leaks}"
     )
 
 

@@ -48,6 +48,12 @@ class ProblemsFound(ConflictError):
     is_refusal = False
 
 
+class QualityBelowThreshold(ConflictError):
+    """`kb eval` scored below --min-hit-rate, or a forbidden document was returned."""
+
+    is_refusal = False
+
+
 class ForbiddenError(KbError):
     """The caller's role does not allow this command."""
 
@@ -67,3 +73,13 @@ class BusyError(KbError):
 
     exit_code = 7
     code = "busy"
+
+
+class ProviderUnavailable(KbError):
+    """The embedding provider could not be reached, timed out, or refused for load."""
+
+    code = "provider_unavailable"
+
+
+class ProviderRejected(KbError):
+    """The embedding provider refused the request as misconfigured (model, key, input)."""

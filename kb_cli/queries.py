@@ -265,13 +265,28 @@ def claimable_task(conn: Connection, task_id: str, now: str) -> Any:
 # --- chunks --------------------------------------------------------------------------
 
 
-_CHUNK_COLUMNS = ("document_id", "revision", "task_id", "chunk_index", "text", "page", "heading")
+_CHUNK_COLUMNS = (
+    "document_id",
+    "revision",
+    "task_id",
+    "chunk_index",
+    "text",
+    "page",
+    "heading",
+    "terms",
+    "term_count",
+    "embedding",
+    "embedding_model",
+    "embedding_dim",
+)
 
 
 def replace_chunks(
     conn: Connection, document_id: str, revision: int, task_id: str, rows: list[dict]
 ) -> None:
-    """Delete the revision's chunks and insert the new ones, in the caller's transaction."""
+    """Delete the revision's chunks and insert the new ones, in the caller's transaction.
+
+    Each row has the chunk's own columns (chunk_index ... embedding_dim)."""
     conn.execute(
         f"DELETE FROM {CHUNKS} WHERE document_id = :document_id AND revision = :revision",
         {"document_id": document_id, "revision": revision},
@@ -300,9 +315,94 @@ def delete_chunks_except(conn: Connection, document_id: str, keep: set[int]) -> 
     return conn.execute(sql, params).rowcount
 
 
-def search_published_chunks(
-    conn: Connection, words: list[str], trigrams: list[str], substrings: list[str], limit: int
-) -> list[Any]:
-    """Chunks of published revisions matching every term, best first (per engine)."""
-    sql, params = conn.engine.search_statement(words, trigrams, substrings, limit)
-    return conn.execute(sql, params).all()
+# --- search --------------------------------------------------------------------------
+
+
+_PUBLISHED_CHUNKS = f"""FROM {CHUNKS} AS c
+    JOIN {DOCUMENTS} AS d ON d.id = c.document_id AND c.revision = d.published_revision"""
+
+
+def lexical_ranking(
+    conn: Connection, terms: list[str], phrases: list[str], limit: int
+) -> list[tuple[int, float]]:
+    """(chunk id, BM25 score) of published chunks, best first (per engine)."""
+    sql, params = conn.engine.lexical_statement(terms, phrases, limit)
+    return [(row[0], float(row[1])) for row in conn.execute(sql, params)]
+
+
+def phrase_chunk_ids(conn: Connection, phrases: list[str]) -> set[int]:
+    """Published chunks containing every phrase (ASCII case-insensitive)."""
+    names = [f"p{i}" for i in range(len(phrases))]
+    where = " AND ".join(conn.engine.caseless_like("c.text", name) for name in names)
+    params = {name: "%" + escape_like(p) + "%" for name, p in zip(names, phrases, strict=True)}
+    return set(conn.execute(f"SELECT c.id {_PUBLISHED_CHUNKS} WHERE {where}", params).scalars())
+
+
+def published_vectors(conn: Connection, model: str, dim: int) -> tuple[list[int], list[bytes]]:
+    """Ids and stored vectors of the published chunks embedded by `model`."""
+    sql = (
+        f"SELECT c.id, c.embedding {_PUBLISHED_CHUNKS}"
+        " WHERE c.embedding_model = :model AND c.embedding_dim = :dim"
+    )
+    rows = conn.execute(sql, {"model": model, "dim": dim}).all()
+    return [row[0] for row in rows], [bytes(row[1]) for row in rows]
+
+
+def has_published_vectors(conn: Connection, model: str) -> bool:
+    sql = f"SELECT 1 {_PUBLISHED_CHUNKS} WHERE c.embedding_model = :model LIMIT 1"
+    return conn.execute(sql, {"model": model}).first() is not None
+
+
+def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Any]:
+    """What a hit shows, by chunk id."""
+    names = [f"c{i}" for i in range(len(chunk_ids))]
+    if not names:
+        return {}
+    sql = (
+        "SELECT c.id, c.document_id, d.filename, c.revision, c.chunk_index, c.text, c.page,"
+        f" c.heading {_PUBLISHED_CHUNKS} WHERE c.id IN ({', '.join(':' + n for n in names)})"
+    )
+    return {row.id: row for row in conn.execute(sql, dict(zip(names, chunk_ids, strict=True)))}
+
+
+def neighbour_texts(conn: Connection, document_id: str, revision: int, low: int, high: int):
+    """(chunk_index, text) of a revision's chunks low..high, in order."""
+    sql = (
+        f"SELECT chunk_index, text FROM {CHUNKS} WHERE document_id = :id AND revision = :rev"
+        " AND chunk_index BETWEEN :low AND :high ORDER BY chunk_index"
+    )
+    params = {"id": document_id, "rev": revision, "low": low, "high": high}
+    return [(row[0], row[1]) for row in conn.execute(sql, params)]
+
+
+# --- embeddings of stored chunks (kb reindex --embeddings) ---------------------------
+
+
+def revisions_to_embed(conn: Connection, model: str) -> list[Any]:
+    """(document_id, revision, filename, chunks) of every revision with chunks not yet
+    embedded by `model`, published revisions first."""
+    sql = f"""SELECT c.document_id, c.revision, d.filename, count(*) AS chunks
+        FROM {CHUNKS} AS c JOIN {DOCUMENTS} AS d ON d.id = c.document_id
+        WHERE c.embedding_model IS NULL OR c.embedding_model != :model
+        GROUP BY c.document_id, c.revision, d.filename, d.published_revision
+        ORDER BY CASE WHEN c.revision = d.published_revision THEN 0 ELSE 1 END,
+                 c.document_id, c.revision"""
+    return conn.execute(sql, {"model": model}).all()
+
+
+def chunks_to_embed(conn: Connection, document_id: str, revision: int, model: str) -> list[Any]:
+    sql = f"""SELECT id, text FROM {CHUNKS}
+        WHERE document_id = :id AND revision = :rev
+          AND (embedding_model IS NULL OR embedding_model != :model)
+        ORDER BY chunk_index"""
+    return conn.execute(sql, {"id": document_id, "rev": revision, "model": model}).all()
+
+
+def set_embeddings(conn: Connection, rows: list[dict]) -> None:
+    """rows: {id, embedding, embedding_model, embedding_dim}; chunks deleted meanwhile
+    are simply not found."""
+    conn.executemany(
+        f"UPDATE {CHUNKS} SET embedding = :embedding, embedding_model = :embedding_model,"
+        " embedding_dim = :embedding_dim WHERE id = :id",
+        rows,
+    )

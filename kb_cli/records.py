@@ -149,6 +149,8 @@ class SearchHit:
     chunk_index: int
     score: float
     text: str
+    lexical_rank: int | None
+    vector_rank: int | None
     page: int | None
     heading: str | None
     snippet: str

@@ -24,10 +24,12 @@ from typing import Protocol
 from kb_cli import queries
 from kb_cli.chunking import ChunkText, chunk_blocks
 from kb_cli.db import Connection, DatabaseUnavailable, format_stamp, parse_stamp, utcnow
-from kb_cli.errors import BusyError, KbError
+from kb_cli.embeddings import to_blob
+from kb_cli.errors import BusyError, KbError, ProviderRejected, ProviderUnavailable
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import Row, TaskRecord, WorkResult
 from kb_cli.services.context import Kb, resolve_task_id
+from kb_cli.textsearch import count_words, index_terms
 from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
 
 DETAIL_LIMIT = 500
@@ -121,6 +123,10 @@ _PATH = re.compile(r"(?:(?<=^)|(?<=[\s'\"(=:]))(?:[A-Za-z]:)?[\\/][^\s'\"]*")
 
 def _scrub_paths(message: str) -> str:
     return _PATH.sub("<path>", message)
+
+
+def _provider_detail(error: KbError) -> str:
+    return f"{type(error).__name__}: {error.message}"[:DETAIL_LIMIT]
 
 
 @dataclass(frozen=True)
@@ -328,6 +334,8 @@ class _Run:
         self.final_row: Row | None = None  # the task row this run's last write left
         self._last_write = time.monotonic()
         self.position: tuple[Stage, int, int] = (Stage.DOWNLOAD, 0, 0)
+        self.model: str | None = None  # of the vectors this run made
+        self.dim: int | None = None
         # A stage delay exists so that others can watch: then every step is written.
         self._write_interval = 0.0 if self.options.stage_delay else self.options.progress_interval
 
@@ -342,8 +350,7 @@ class _Run:
             )
         path = self._download(document)
         chunks = self._parse(path, document.content_type)
-        self._embed(chunks)
-        self._finalize(self._index(chunks))
+        self._finalize(self._index(chunks, self._embed(chunks)))
 
     def _download(self, document: Row) -> Path:
         """Stream the stored object and check it against the checksum taken at upload."""
@@ -386,24 +393,51 @@ class _Run:
             )
         return chunks
 
-    def _embed(self, chunks: list[ChunkText]) -> None:
-        """No embedding provider is configured: walk the chunks, store no vectors."""
+    def _embed(self, chunks: list[ChunkText]) -> list[bytes | None]:
+        """Each chunk's vector, in batches, with progress in chunks; no vectors when
+        embeddings are off. A provider that may recover (unreachable, 429, 5xx) makes
+        the task wait and retry; one that refuses the configuration fails it."""
         total = len(chunks)
         self.report(Stage.EMBEDDING, 0, total)
-        for done in range(1, total + 1):
-            self.report(Stage.EMBEDDING, done, total)
+        embedder = self.kb.embedder
+        if embedder is None:
+            self.report(Stage.EMBEDDING, total, total)
+            return [None] * total
+        blobs: list[bytes | None] = []
+        for start in range(0, total, embedder.batch_size):
+            batch = [chunk.text for chunk in chunks[start : start + embedder.batch_size]]
+            try:
+                vectors = embedder.embed(batch)
+            except ProviderUnavailable as error:
+                raise TaskFailure(
+                    ErrorCode.PROVIDER_UNAVAILABLE, _provider_detail(error)
+                ) from error
+            except ProviderRejected as error:
+                raise TaskFailure(ErrorCode.INTERNAL_ERROR, _provider_detail(error)) from error
+            blobs.extend(to_blob(vector) for vector in vectors)
+            self.report(Stage.EMBEDDING, len(blobs), total)
+        self.model = embedder.model
+        self.dim = len(vectors[0])
+        return blobs
 
-    def _index(self, chunks: list[ChunkText]) -> list[dict]:
+    def _index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> list[dict]:
+        """The chunk rows: text, words for the lexical index, vector."""
         total = len(chunks)
         self.report(Stage.INDEXING, 0, total)
         rows = []
-        for chunk in chunks:
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            terms = index_terms(chunk.text)
             rows.append(
                 {
                     "chunk_index": chunk.index,
                     "text": chunk.text,
                     "page": chunk.page,
                     "heading": chunk.heading and chunk.heading[:500],
+                    "terms": terms,
+                    "term_count": count_words(terms),
+                    "embedding": vector,
+                    "embedding_model": vector and self.model,
+                    "embedding_dim": vector and self.dim,
                 }
             )
             self.report(Stage.INDEXING, len(rows), total)

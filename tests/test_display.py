@@ -145,7 +145,12 @@ def test_demo_runs_to_the_end_without_a_terminal():
     ):
         assert outcome in summary, outcome
     assert "won the claim" in result.stdout and "missed" in result.stdout
-    assert "search '入库'" in result.stdout
+    # Questions answered by hybrid search: each found by its words and its meaning.
+    lines = result.stdout.splitlines()
+    [english] = [line for line in lines if "search 'How long do we keep invoices?'" in line]
+    assert "handbook.pdf" in english and "words #" in english and "meaning #" in english
+    [chinese] = [line for line in lines if "search '文档什么时候才能被搜索到？'" in line]
+    assert "ingestion-guide-zh.md" in chinese and "meaning #" in chinese
 
 
 def test_demo_json_is_json_lines_with_a_summary():
@@ -167,6 +172,8 @@ COMMANDS = [
     "work",
     "publish",
     "search",
+    "eval",
+    "reindex",
     "history",
     "doctor",
     "demo",

@@ -116,7 +116,7 @@ class Lifecycle(RuleBasedStateMachine):
             document = run.claim.document
             path = run._download(document)
             chunks = run._parse(path, document.content_type)
-            run._finalize(run._index(chunks))
+            run._finalize(run._index(chunks, run._embed(chunks)))
 
         self._lost_ok(run, finish, done=True)
 
@@ -126,7 +126,11 @@ class Lifecycle(RuleBasedStateMachine):
         run = self._run(pick)
         document = run.claim.document
         self._lost_ok(
-            run, lambda: run._index(run._parse(run._download(document), document.content_type))
+            run,
+            lambda: run._index(
+                chunks := run._parse(run._download(document), document.content_type),
+                [None] * len(chunks),
+            ),
         )
 
     @precondition(lambda self: self.runs)

@@ -2,7 +2,8 @@
 
 Claiming uses FOR UPDATE SKIP LOCKED, so workers never queue behind each other's row
 locks. A lock held past the busy timeout (lock_timeout) is `busy`, as on SQLite.
-Search: English full text (to_tsvector) plus pg_trgm indexes for substrings.
+Lexical search: a GIN full-text index of the chunks' `terms`, ranked by BM25 computed
+in SQL the way SQLite's FTS5 does, so both engines agree on the same data.
 """
 
 from __future__ import annotations
@@ -151,52 +152,61 @@ def lock_for_migration(conn: SAConnection) -> None:
     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
 
 
+def caseless_like(column: str, parameter: str) -> str:
+    """PostgreSQL's LIKE is case-sensitive, and its default escape is the backslash."""
+    return f"{column} ILIKE :{parameter}"
+
+
 # Words as SQLite's FTS5 index sees them: punctuation splits words (example.com is
-# "example" and "com"), accents are dropped, English is stemmed, no stopwords.
+# "example" and "com"), accents are dropped, English is stemmed, no stopwords. The
+# GIN index ix_chunks_terms (migration 0004) is on exactly this expression.
 WORDS = "to_tsvector('kb_english', regexp_replace({text}, '[^[:alnum:]]+', ' ', 'g'))"
-SEARCH_SCHEMA = [
-    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
-    "CREATE EXTENSION IF NOT EXISTS unaccent",
-    "CREATE TEXT SEARCH DICTIONARY kb_english_stem (TEMPLATE = snowball, Language = english)",
-    "CREATE TEXT SEARCH CONFIGURATION kb_english (COPY = simple)",
-    "ALTER TEXT SEARCH CONFIGURATION kb_english ALTER MAPPING FOR asciiword, asciihword, "
-    "hword_asciipart, word, hword, hword_part WITH unaccent, kb_english_stem",
-    f"CREATE INDEX ix_chunks_words ON chunks USING gin ({WORDS.format(text='text')})",
-    "CREATE INDEX ix_chunks_trigrams ON chunks USING gin (text gin_trgm_ops)",
-]
+_K1, _B = 1.2, 0.75  # FTS5's bm25() constants, so both engines rank alike
 
 
-def search_statement(
-    words: list[str], trigrams: list[str], substrings: list[str], limit: int
-) -> tuple[str, dict[str, object]]:
-    """Same visibility rule and result shape as SQLite: published revisions only."""
-    params: dict[str, object] = {"limit": limit}
+def lexical_statement(terms: list[str], phrases: list[str], limit: int) -> tuple[str, dict]:
+    """(chunk id, BM25 score) of published chunks matching any term, best first.
+
+    BM25 as SQLite's FTS5 computes it: inverse document frequency over all indexed
+    chunks, term frequency from the lexeme's positions, length in words."""
+    params: dict[str, object] = {"query": " ".join(terms), "limit": limit}
     filters = []
-    if words:
-        params["words"] = " ".join(words)
-        words_of_chunk = WORDS.format(text="c.text")
-        query = "plainto_tsquery('kb_english', :words)"
-        filters.append(f"{words_of_chunk} @@ {query}")
-        score = f"ts_rank({words_of_chunk}, {query})"
-        snippet = (
-            f"ts_headline('kb_english', c.text, {query}, "
-            "'StartSel=[, StopSel=], MaxWords=24, MinWords=8')"
-        )
-    else:
-        first = (trigrams + substrings)[0]
-        params["first"] = first
-        score = "(length(c.text) - length(replace(c.text, :first, ''))) * 1.0 / length(:first)"
-        snippet = "NULL"
-    for i, term in enumerate(trigrams + substrings):
-        params[f"like{i}"] = "%" + escape_like(term) + "%"
-        filters.append(f"c.text ILIKE :like{i}")
+    for i, phrase in enumerate(phrases):
+        params[f"phrase{i}"] = "%" + escape_like(phrase) + "%"
+        filters.append(" AND " + caseless_like("c.text", f"phrase{i}"))
+    words = WORDS.format(text="c.terms")
     sql = f"""
-        SELECT c.document_id, d.filename, c.revision, c.chunk_index, c.text, c.page,
-               c.heading, {score} AS score, {snippet} AS snippet
-        FROM chunks AS c
-        JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
-        WHERE {" AND ".join(filters)}
-        ORDER BY score DESC, c.document_id, c.chunk_index
+        WITH lexemes AS (
+            SELECT DISTINCT lexeme
+            FROM unnest(tsvector_to_array({WORDS.format(text=":query")})) AS q(lexeme)
+        ),
+        corpus AS (
+            SELECT count(*) AS n, greatest(avg(term_count), 1) AS avgdl FROM chunks
+        ),
+        weights AS (
+            SELECT l.lexeme, greatest(ln((corpus.n - hits.df + 0.5) / (hits.df + 0.5)), 1e-6)
+                   AS idf
+            FROM lexemes AS l CROSS JOIN corpus
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS df FROM chunks AS c
+                WHERE {words} @@ to_tsquery('simple', quote_literal(l.lexeme))
+            ) AS hits
+        ),
+        matches AS (
+            SELECT c.id, c.term_count, u.lexeme, cardinality(u.positions) AS tf
+            FROM chunks AS c
+            JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
+            CROSS JOIN LATERAL unnest({words}) AS u
+            WHERE {words} @@ (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | '))
+                              FROM lexemes)
+              AND u.lexeme IN (SELECT lexeme FROM lexemes){"".join(filters)}
+        )
+        SELECT m.id,
+               sum(w.idf * m.tf * {_K1 + 1}
+                   / (m.tf + {_K1} * ({1 - _B} + {_B} * m.term_count / corpus.avgdl))) AS score
+        FROM matches AS m JOIN weights AS w USING (lexeme) CROSS JOIN corpus
+        GROUP BY m.id
+        ORDER BY score DESC, m.id
         LIMIT :limit
     """
     return sql, params

@@ -1,8 +1,9 @@
 """SQLite: WAL, a busy timeout, foreign keys on, and BEGIN IMMEDIATE for writes.
 
 A writer takes the lock up front, where the busy timeout applies, instead of failing
-when a deferred transaction tries to upgrade its read lock. Search uses two FTS5
-indexes kept in step with `chunks` by triggers.
+when a deferred transaction tries to upgrade its read lock. Lexical search uses an
+FTS5 index of the chunks' `terms`, kept in step with `chunks` by triggers, ranked by
+FTS5's own BM25.
 """
 
 from __future__ import annotations
@@ -137,72 +138,31 @@ def lock_for_migration(conn: SAConnection) -> None:
     """Nothing to do: the migration's transaction is BEGIN IMMEDIATE."""
 
 
-# Two FTS5 indexes over the chunk text: words (Porter-stemmed English, any language
-# with spaces) and trigrams (substrings, for Chinese and other unspaced scripts).
-SEARCH_SCHEMA = [
-    "CREATE VIRTUAL TABLE chunks_words USING fts5(text, content='chunks', "
-    "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
-    "CREATE VIRTUAL TABLE chunks_trigrams USING fts5(text, content='chunks', "
-    "content_rowid='id', tokenize='trigram')",
-    """CREATE TRIGGER chunks_indexed AFTER INSERT ON chunks BEGIN
-        INSERT INTO chunks_words(rowid, text) VALUES (new.id, new.text);
-        INSERT INTO chunks_trigrams(rowid, text) VALUES (new.id, new.text);
-    END""",
-    """CREATE TRIGGER chunks_unindexed AFTER DELETE ON chunks BEGIN
-        INSERT INTO chunks_words(chunks_words, rowid, text) VALUES ('delete', old.id, old.text);
-        INSERT INTO chunks_trigrams(chunks_trigrams, rowid, text)
-            VALUES ('delete', old.id, old.text);
-    END""",
-    # Index whatever chunks an older schema already holds.
-    "INSERT INTO chunks_words(chunks_words) VALUES ('rebuild')",
-    "INSERT INTO chunks_trigrams(chunks_trigrams) VALUES ('rebuild')",
-]
-
-
-def search_statement(
-    words: list[str], trigrams: list[str], substrings: list[str], limit: int
-) -> tuple[str, dict[str, object]]:
-    """Chunks of published revisions matching every term, best first.
-
-    The first full-text index with terms drives the query and ranks it (BM25); the
-    other terms filter. Substrings too short for a trigram (one or two Chinese
-    characters) are matched with LIKE on the chunk text itself: a trigram index cannot
-    find them (a two-character LIKE on the trigram table silently returns nothing).
-    """
-    params: dict[str, object] = {"limit": limit}
-    filters: list[str] = []
-    indexes = [("chunks_trigrams", trigrams), ("chunks_words", words)]
-    ranked = [(name, terms) for name, terms in indexes if terms]
-    for position, (name, terms) in enumerate(ranked):
-        params[name] = fts_query(terms)
-        if position > 0:
-            filters.append(f"c.id IN (SELECT rowid FROM {name} WHERE {name} MATCH :{name})")
-    for i, substring in enumerate(substrings):
-        params[f"s{i}"] = substring
-        params[f"like{i}"] = "%" + escape_like(substring) + "%"
-        filters.append(f"c.text LIKE :like{i} ESCAPE '\\'")
-    if ranked:
-        primary = ranked[0][0]
-        source = f"{primary} JOIN chunks AS c ON c.id = {primary}.rowid"
-        filters.insert(0, f"{primary} MATCH :{primary}")
-        score = f"-bm25({primary})"
-        snippet = f"snippet({primary}, 0, '[', ']', '…', 16)"
-    else:
-        source = "chunks AS c"
-        score = "(length(c.text) - length(replace(c.text, :s0, ''))) * 1.0 / length(:s0)"
-        snippet = "NULL"
+def lexical_statement(terms: list[str], phrases: list[str], limit: int) -> tuple[str, dict]:
+    """(chunk id, BM25 score) of published chunks matching any term, best first; a
+    chunk must contain every phrase verbatim (LIKE: case-insensitive for ASCII)."""
+    params: dict[str, object] = {"match": fts_any(terms), "limit": limit}
+    filters = []
+    for i, phrase in enumerate(phrases):
+        params[f"phrase{i}"] = "%" + escape_like(phrase) + "%"
+        filters.append(" AND " + caseless_like("c.text", f"phrase{i}"))
     sql = f"""
-        SELECT c.document_id, d.filename, c.revision, c.chunk_index, c.text, c.page,
-               c.heading, {score} AS score, {snippet} AS snippet
-        FROM {source}
+        SELECT c.id, -bm25(chunks_terms) AS score
+        FROM chunks_terms
+        JOIN chunks AS c ON c.id = chunks_terms.rowid
         JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
-        WHERE {" AND ".join(filters)}
-        ORDER BY score DESC, c.document_id, c.chunk_index
+        WHERE chunks_terms MATCH :match{"".join(filters)}
+        ORDER BY score DESC, c.id
         LIMIT :limit
     """
     return sql, params
 
 
-def fts_query(terms: list[str]) -> str:
-    """Every term as a quoted FTS5 string: operators in user input stay plain text."""
-    return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+def caseless_like(column: str, parameter: str) -> str:
+    """LIKE is case-insensitive for ASCII in SQLite; the pattern is escape_like'd."""
+    return f"{column} LIKE :{parameter} ESCAPE '\\'"
+
+
+def fts_any(terms: list[str]) -> str:
+    """Any of the terms, each a quoted FTS5 string: operators in input stay plain text."""
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)

@@ -16,7 +16,7 @@ from kb_cli.errors import ConflictError, ForbiddenError, KbError, UsageError
 from kb_cli.services.context import Kb, resolve_id
 from kb_cli.transitions import audit_event
 
-VIEWER = frozenset({"status", "search", "history"})
+VIEWER = frozenset({"status", "search", "eval", "history"})
 EDITOR = VIEWER | {"upload", "submit", "cancel", "retry"}
 REVIEWER = EDITOR | {"publish"}
 ROLE_COMMANDS: dict[str, frozenset[str] | None] = {

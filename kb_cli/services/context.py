@@ -1,13 +1,16 @@
-"""What every service needs: settings, the database, the object store, the caller."""
+"""What every service needs: settings, the database, the object store, the embedding
+provider, the caller."""
 
 from __future__ import annotations
 
+import functools
 import getpass
 from dataclasses import dataclass
 
 from kb_cli import queries
 from kb_cli.config import Settings
 from kb_cli.db import Connection, Database
+from kb_cli.embeddings import Embedder, make_embedder
 from kb_cli.errors import InvalidInputError, NotFoundError, UsageError
 from kb_cli.store import FileObjectStore
 
@@ -18,6 +21,13 @@ class Kb:
     db: Database
     store: FileObjectStore
     actor: str
+
+    @functools.cached_property
+    def embedder(self) -> Embedder | None:
+        """The configured embedding provider (None: embeddings off). Built on first use,
+        so commands that never embed never check its configuration; a test or another
+        provider is injected by assigning this attribute."""
+        return make_embedder(self.settings.embeddings)
 
     @classmethod
     def open(cls, settings: Settings, actor: str | None = None) -> Kb:

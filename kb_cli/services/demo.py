@@ -22,12 +22,14 @@ from typing import Any
 from kb_cli import queries
 from kb_cli.config import resolve_settings
 from kb_cli.errors import InternalError
+from kb_cli.parsers import kind_for_filename
 from kb_cli.services import documents, search, tasks
 from kb_cli.services.context import Kb
 
 RACERS = ("worker-A", "worker-B")
 DAMAGED, REPLACEMENT, CANCELLED = "damaged.pdf", "handbook.pdf", "faq.txt"
-QUERIES = ("retention policy", "入库")
+# Questions, not keywords: hybrid search ranks chunks by their words and their meaning.
+QUERIES = ("How long do we keep invoices?", "文档什么时候才能被搜索到？")
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,9 @@ class _Demo:
         return list(self.outcomes.values())
 
     def _upload(self) -> None:
-        paths = sorted(samples_dir().iterdir())
+        paths = sorted(
+            path for path in samples_dir().iterdir() if kind_for_filename(path.name) is not None
+        )
         records = documents.upload_files(self.kb, paths, submit=True)
         for path, task in zip(paths, records, strict=True):
             self.outcomes[path.name] = DocumentOutcome(path.name, task.document_id, task.task_id)
@@ -262,12 +266,14 @@ class _Demo:
     def _search(self) -> None:
         by_id = {outcome.document_id: outcome for outcome in self.outcomes.values()}
         for query in QUERIES:
-            hits = search.search(self.kb, query, limit=3)
+            hits = search.search(self.kb, query, limit=3, per_document=True).hits
             for hit in hits:
                 note = "found by search"
                 if note not in by_id[hit.document_id].notes:
                     by_id[hit.document_id].notes.append(note)
-            found = ", ".join(f"{hit.filename} chunk {hit.chunk_index}" for hit in hits)
+            found = ", ".join(
+                f"{hit.filename} chunk {hit.chunk_index}{_ranks(hit)}" for hit in hits
+            )
             self.emit(
                 DemoEvent(
                     "search",
@@ -283,3 +289,13 @@ class _Demo:
                 task = queries.get_task(conn, document.latest_task_id)
                 outcome.status, outcome.task_status = document.status, task.status
                 outcome.attempt, outcome.error_code = task.attempt, task.error_code
+
+
+def _ranks(hit) -> str:
+    """Which rankings found the hit: words (BM25), meaning (vectors), or both."""
+    found = [
+        f"{name} #{rank}"
+        for name, rank in (("words", hit.lexical_rank), ("meaning", hit.vector_rank))
+        if rank
+    ]
+    return f" ({', '.join(found)})" if found else ""

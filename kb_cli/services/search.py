@@ -1,76 +1,112 @@
-"""Search over published revisions only, in English and Chinese alike."""
+"""Search over published revisions only: BM25 over words, vector similarity, or both
+fused by Reciprocal Rank Fusion (hybrid, the default when the chunks have vectors)."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kb_cli import queries
-from kb_cli.errors import UsageError
+from kb_cli.embeddings import from_blobs
+from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
+from kb_cli.ranking import Scored, best_per_document, fuse, single, top_similar
 from kb_cli.records import SearchHit
 from kb_cli.services.context import Kb
+from kb_cli.textsearch import Query, parse_query, snippet
 
-# Scripts written without spaces between words: matched as substrings, not words.
-_UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_TERM = re.compile(rf"[{_UNSPACED}]+|[^\W_{_UNSPACED}]+")
-TRIGRAM = 3
-
-
-@dataclass(frozen=True)
-class SearchPlan:
-    words: list[str]  # spaced-script words: the stemmed word index
-    trigrams: list[str]  # unspaced runs of 3+ characters: the trigram index
-    substrings: list[str]  # unspaced runs of 1-2 characters: LIKE on the text
-
-    @property
-    def empty(self) -> bool:
-        return not (self.words or self.trigrams or self.substrings)
+MODES = ("hybrid", "lexical", "vector")
+# Each ranking offers this many candidates (or three times the limit) to the fusion.
+CANDIDATES = 50
 
 
-def plan_query(query: str) -> SearchPlan:
-    """Split a query into terms; punctuation and FTS operators are dropped, never run."""
-    words, trigrams, substrings = [], [], []
-    for term in _TERM.findall(query):
-        if re.match(rf"[{_UNSPACED}]", term):
-            (trigrams if len(term) >= TRIGRAM else substrings).append(term)
-        else:
-            words.append(term)
-    return SearchPlan(words, trigrams, substrings)
+@dataclass
+class SearchResult:
+    hits: list[SearchHit]
+    mode: str  # the ranking that ran (hybrid falls back to lexical without vectors)
+    warnings: list[str] = field(default_factory=list)
 
 
-def search(kb: Kb, query: str, limit: int = 10) -> list[SearchHit]:
-    if not query.strip():
+def search(
+    kb: Kb,
+    text: str,
+    limit: int = 10,
+    mode: str | None = None,
+    per_document: bool = False,
+) -> SearchResult:
+    if not text.strip():
         raise UsageError("the search query is empty")
-    plan = plan_query(query)
-    if plan.empty:
-        return []  # only punctuation or operators: nothing that could match
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"unknown --mode {mode!r}; one of: {', '.join(MODES)}")
+    query = parse_query(text)
+    if query.empty:  # only punctuation or operators: nothing that could match
+        return SearchResult([], mode or "lexical")
+    embedder = kb.embedder
+    if mode in ("hybrid", "vector") and embedder is None:
+        raise UsageError(f"--mode {mode} needs embeddings, which are off (KB_EMBEDDINGS=none)")
+    depth = max(CANDIDATES, 3 * limit) * (3 if per_document else 1)
+    result = SearchResult([], mode or "hybrid")
     with kb.db.read() as conn:
-        rows = queries.search_published_chunks(
-            conn, plan.words, plan.trigrams, plan.substrings, limit
-        )
-    return [
-        SearchHit(
-            document_id=row.document_id,
-            filename=row.filename,
-            revision=row.revision,
-            chunk_index=row.chunk_index,
-            score=round(float(row.score), 6),
-            text=row.text,
-            page=row.page,
-            heading=row.heading,
-            snippet=row.snippet or _snippet(row.text, plan.trigrams + plan.substrings),
-        )
-        for row in rows
-    ]
+        if mode is None and (
+            embedder is None or not queries.has_published_vectors(conn, embedder.model)
+        ):
+            result.mode = "lexical"
+        lexical: list[Scored] = []
+        if result.mode != "vector" and query.terms:
+            lexical = queries.lexical_ranking(conn, query.terms, query.phrases, depth)
+        vector: list[Scored] = []
+        if result.mode != "lexical":
+            vector = _vector_ranking(kb, conn, text, query, depth, result)
+        if result.mode == "hybrid":
+            ranked = fuse(lexical, vector)
+        else:
+            ranked = single(lexical, lexical=True) if lexical else single(vector, lexical=False)
+        details = queries.chunk_details(conn, [hit[0] for hit in ranked])
+        if per_document:
+            ranked = best_per_document(ranked, lambda chunk_id: details[chunk_id].document_id)
+        ranked = ranked[:limit]
+        result.hits = [_hit(details[chunk_id], *rest, query) for chunk_id, *rest in ranked]
+    return result
 
 
-def _snippet(text: str, terms: list[str], width: int = 60) -> str:
-    """The text around the first term, with the term marked as FTS5 snippets are."""
-    position = min((text.find(term) for term in terms if term in text), default=-1)
-    if position < 0:
-        return text[: 2 * width]
-    term = next(term for term in terms if text.find(term) == position)
-    start, end = max(0, position - width), position + len(term) + width
-    before = ("…" if start else "") + text[start:position]
-    after = text[position + len(term) : end] + ("…" if end < len(text) else "")
-    return f"{before}[{term}]{after}"
+def _vector_ranking(kb, conn, text: str, query: Query, depth: int, result: SearchResult):
+    """Published chunks embedded by the configured model, most similar first, above
+    the similarity floor. A provider that fails turns hybrid into lexical, with a
+    warning; `--mode vector` reports the failure."""
+    embedder = kb.embedder
+    try:
+        query_vector = embedder.embed([text])[0]
+    except (ProviderUnavailable, ProviderRejected) as error:
+        if result.mode == "vector":
+            raise
+        result.mode = "lexical"
+        result.warnings.append(f"{error.message}; searched by words only")
+        return []
+    chunk_ids, blobs = queries.published_vectors(conn, embedder.model, len(query_vector))
+    if not chunk_ids:
+        return []
+    ranked = top_similar(
+        chunk_ids,
+        from_blobs(blobs, len(query_vector)),
+        query_vector,
+        kb.settings.vector_floor,
+        depth,
+    )
+    if query.phrases:
+        containing = queries.phrase_chunk_ids(conn, query.phrases)
+        ranked = [item for item in ranked if item[0] in containing]
+    return ranked
+
+
+def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHit:
+    return SearchHit(
+        document_id=row.document_id,
+        filename=row.filename,
+        revision=row.revision,
+        chunk_index=row.chunk_index,
+        score=round(score, 6),
+        text=row.text,
+        lexical_rank=lexical_rank,
+        vector_rank=vector_rank,
+        page=row.page,
+        heading=row.heading,
+        snippet=snippet(row.text, query.phrases + sorted(query.terms, key=len, reverse=True)),
+    )

@@ -1,0 +1,66 @@
+"""Ranking arithmetic, free of the database: vector similarity, Reciprocal Rank Fusion,
+one hit per document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+RRF_K = 60  # the constant of Cormack et al.; damps the weight of the very first ranks
+
+Scored = tuple[int, float]  # (chunk id, score) of one ranking, best first
+# (chunk id, score, lexical rank, vector rank): ranks are 1-based, None when absent.
+Hit = tuple[int, float, int | None, int | None]
+
+
+def top_similar(
+    chunk_ids: list[int], matrix: np.ndarray, query: np.ndarray, floor: float, limit: int
+) -> list[Scored]:
+    """The `limit` rows most similar to `query` (unit vectors: dot = cosine), at or
+    above `floor`, best first; ties by chunk id."""
+    import numpy as np
+
+    similarities = matrix @ query.astype(np.float32)
+    above = np.flatnonzero(similarities >= floor)
+    if above.size > limit:
+        above = above[np.argpartition(-similarities[above], limit - 1)[:limit]]
+    ranked = sorted(
+        ((chunk_ids[i], float(similarities[i])) for i in above),
+        key=lambda item: (-item[1], item[0]),
+    )
+    return ranked
+
+
+def single(ranking: list[Scored], lexical: bool) -> list[Hit]:
+    """One ranking's results as hits, its rank filled in."""
+    if lexical:
+        return [(chunk, score, rank, None) for rank, (chunk, score) in enumerate(ranking, 1)]
+    return [(chunk, score, None, rank) for rank, (chunk, score) in enumerate(ranking, 1)]
+
+
+def fuse(lexical: list[Scored], vector: list[Scored], k: int = RRF_K) -> list[Hit]:
+    """Reciprocal Rank Fusion: score = sum over rankings of 1 / (k + rank)."""
+    lexical_ranks = {chunk: rank for rank, (chunk, _score) in enumerate(lexical, 1)}
+    vector_ranks = {chunk: rank for rank, (chunk, _score) in enumerate(vector, 1)}
+    hits = []
+    for chunk in lexical_ranks.keys() | vector_ranks.keys():
+        ranks = (lexical_ranks.get(chunk), vector_ranks.get(chunk))
+        score = sum(1.0 / (k + rank) for rank in ranks if rank is not None)
+        hits.append((chunk, score, *ranks))
+    hits.sort(key=lambda hit: (-hit[1], min(r for r in hit[2:] if r is not None), hit[0]))
+    return hits
+
+
+def best_per_document(hits: list[Hit], document_of: Callable[[int], Hashable]) -> list[Hit]:
+    """The first (best) hit of each document, in order."""
+    seen: set[Hashable] = set()
+    best = []
+    for hit in hits:
+        document = document_of(hit[0])
+        if document not in seen:
+            seen.add(document)
+            best.append(hit)
+    return best

@@ -1,0 +1,98 @@
+"""Words for the lexical index and for queries, English and Chinese alike.
+
+The full-text index (FTS5 on SQLite, tsvector on PostgreSQL) splits text at spaces
+and punctuation, which finds English words but turns a Chinese sentence into one
+unsplittable token. So every chunk is also stored as `terms`: its text with each run
+of Chinese characters segmented into words by jieba (rjieba) in search mode, which
+emits a long word and the shorter words inside it (知识库 -> 知识, 知识库), so a query
+word of one, two or more characters matches. A query is segmented in accurate mode:
+one reading of the sentence, so that a question's words do not count twice.
+
+rjieba loads its dictionary on import (~0.1 s); it is imported only for text that
+holds Chinese characters.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Scripts written without spaces between words.
+UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_UNSPACED_RUN = re.compile(f"[{UNSPACED}]+")
+_WORD = re.compile(rf"[{UNSPACED}]+|[^\W_]+")
+_PHRASE = re.compile(r'"([^"]*)"|“([^”]*)”|「([^」]*)」')
+
+
+@functools.cache
+def _jieba() -> tuple[Callable[[str], list[str]], Callable[[str], list[str]]]:
+    import rjieba
+
+    return rjieba.cut, rjieba.cut_for_search
+
+
+def index_terms(text: str) -> str:
+    """The chunk's text for the lexical index: Chinese runs as space-separated words."""
+    if not _UNSPACED_RUN.search(text):
+        return text
+    _cut, cut_for_search = _jieba()
+    return _UNSPACED_RUN.sub(lambda run: " " + " ".join(cut_for_search(run.group())) + " ", text)
+
+
+_INDEX_TOKEN = re.compile(r"[^\W_]+")
+
+
+def count_words(terms: str) -> int:
+    """Length of indexed text in words, as the index tokenizer counts them (for BM25)."""
+    return len(_INDEX_TOKEN.findall(terms))
+
+
+def words(text: str) -> list[str]:
+    """Words of a query or a phrase, in order: Latin words as the index tokenizer sees
+    them (letters and digits; punctuation splits), Chinese runs in accurate mode."""
+    found: list[str] = []
+    for token in _WORD.findall(text):
+        if _UNSPACED_RUN.fullmatch(token):
+            cut, _cut_for_search = _jieba()
+            found.extend(cut(token))
+        else:
+            found.append(token)
+    return found
+
+
+@dataclass(frozen=True)
+class Query:
+    """A search query: words to rank by, phrases every hit must contain verbatim."""
+
+    terms: list[str]
+    phrases: list[str]
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms and not self.phrases
+
+
+def parse_query(text: str) -> Query:
+    """Quoted phrases ("...", “...”, 「...」) must match exactly; every other word
+    ranks. Operators and punctuation are plain text, never query syntax."""
+    phrases = [next(filter(None, groups)) for groups in _PHRASE.findall(text)]
+    phrases = [" ".join(phrase.split()) for phrase in phrases if phrase.strip()]
+    rest = _PHRASE.sub(" ", text)
+    terms = list(dict.fromkeys(words(rest) + [w for phrase in phrases for w in words(phrase)]))
+    return Query(terms, phrases)
+
+
+def snippet(text: str, needles: list[str], width: int = 60) -> str:
+    """The text around the first needle found (case-insensitive), marked [like this]."""
+    lowered = text.lower()
+    found = [(lowered.find(n.lower()), n) for n in needles if n and n.lower() in lowered]
+    if not found:
+        return text[: 2 * width]
+    position, needle = min(found, key=lambda item: (item[0], -len(item[1])))
+    end_of_match = position + len(needle)
+    start, end = max(0, position - width), end_of_match + width
+    before = ("…" if start else "") + text[start:position]
+    after = text[end_of_match:end] + ("…" if end < len(text) else "")
+    return f"{before}[{text[position:end_of_match]}]{after}"
