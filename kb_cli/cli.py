@@ -514,6 +514,44 @@ def eval_command(
 
 
 @app.command()
+def reindex(
+    ctx: typer.Context,
+    embeddings: Annotated[
+        bool,
+        typer.Option(
+            "--embeddings", help="Embed every chunk that has no vector of the configured model."
+        ),
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Re-embed stored chunks after the embedding model changed (admin).
+
+    Search compares only vectors of the configured model, so until this has run, chunks
+    embedded by another model rank by their words alone. Works in batches; stopped with
+    Ctrl-C, running it again resumes where it stopped.
+
+    Example: KB_EMBEDDINGS=openai kb reindex --embeddings
+    """
+    from kb_cli.services.reindex import reindex_embeddings
+
+    if not embeddings:
+        raise UsageError("say what to rebuild: kb reindex --embeddings")
+    kb = _open(ctx)
+    progress = console.Progress("embedding") if not json_out else None
+    try:
+        report = reindex_embeddings(kb, progress or (lambda done, total: None))
+    finally:
+        if progress:
+            progress.close()
+    if json_out:
+        console.write_json(report)
+    else:
+        console.emit(
+            f"embedded {report.chunks} chunks of {report.revisions} revisions with {report.model}"
+        )
+
+
+@app.command()
 def doctor(
     ctx: typer.Context,
     repair: Annotated[

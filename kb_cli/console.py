@@ -139,6 +139,34 @@ def search_line(hit: SearchHit) -> str:
     )
 
 
+class Progress:
+    """done/total of one long job: a rich bar on a terminal, a line now and then
+    otherwise (on stderr, so stdout keeps only the result)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._bar = None
+        self._last = 0.0
+        if is_fancy(sys.stderr):
+            from rich.console import Console
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=None)
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total)
+        elif done == total or time.monotonic() - self._last >= PLAIN_PROGRESS_INTERVAL:
+            self._last = time.monotonic()
+            log(f"{self.label} {done}/{total}")
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
 def print_eval(results: list[Any], summary: Any) -> None:
     """One line per question (rank of the first expected document), then the scores."""
     for result in results:

@@ -88,6 +88,9 @@ def snippet(text: str, needles: list[str], width: int = 60) -> str:
     """The text around the first needle found (case-insensitive), marked [like this]."""
     lowered = text.lower()
     found = [(lowered.find(n.lower()), n) for n in needles if n and n.lower() in lowered]
+    if not found:  # the index matched a stem (policies -> policy): try the word's start
+        stems = [n[: max(4, len(n) - 3)] for n in needles if not _UNSPACED_RUN.search(n)]
+        found = [(lowered.find(n.lower()), n) for n in stems if n.lower() in lowered]
     if not found:
         return text[: 2 * width]
     position, needle = min(found, key=lambda item: (item[0], -len(item[1])))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from kb_cli.cli import main
 from kb_cli.config import resolve_settings
 from kb_cli.services.context import Kb
 
@@ -29,6 +31,13 @@ STRIPPED = (
     "KB_MAX_UPLOAD_BYTES",
     "KB_BACKOFF_SECONDS",
     "NO_COLOR",
+    "KB_EMBEDDINGS",
+    "KB_EMBEDDING_URL",
+    "KB_EMBEDDING_MODEL",
+    "KB_EMBEDDING_API_KEY",
+    "KB_EMBEDDING_BATCH",
+    "KB_EMBEDDING_TIMEOUT",
+    "KB_VECTOR_FLOOR",
 )
 
 
@@ -175,3 +184,27 @@ def run_kb(
 @pytest.fixture
 def cli():
     return run_kb
+
+
+@pytest.fixture
+def invoke(capsys, monkeypatch):
+    """Run the real CLI in this process (fast enough for large matrices)."""
+
+    def run(*args: str, token: str | None = None) -> Result:
+        if token is None:
+            monkeypatch.delenv("KB_TOKEN", raising=False)
+        else:
+            monkeypatch.setenv("KB_TOKEN", token)
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        capsys.readouterr()
+        try:
+            main(list(args))
+        except SystemExit as done:
+            code = done.code
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run

@@ -24,7 +24,7 @@ ROLE_COMMANDS: dict[str, frozenset[str] | None] = {
     "editor": EDITOR,
     "reviewer": REVIEWER,
     "worker": frozenset({"status", "work"}),
-    "admin": None,  # everything
+    "admin": None,  # everything: user, doctor, reindex, db, demo
 }
 ROLES = tuple(ROLE_COMMANDS)
 
