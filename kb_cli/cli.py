@@ -204,11 +204,12 @@ def status(
             raise UsageError("--wait needs a task or document id")
         if status_filter is not None and status_filter not in set(DocStatus):
             raise UsageError(f"unknown --status {status_filter!r}; one of: {', '.join(DocStatus)}")
-        records = documents.list_document_records(_open(ctx), status_filter, error_code)
+        kb = _open(ctx)
+        records = documents.list_document_records(kb, status_filter, error_code)
         if json_out:
             console.print_records(records, True)
         else:
-            console.print_document_table(records)
+            console.print_document_table(records, footer=kb.settings.embeddings.describe())
         return
     if status_filter or error_code:
         raise UsageError("--status and --error-code filter the list; give no id with them")
@@ -494,7 +495,7 @@ def eval_command(
     Each question is searched as the caller, one hit per document. Exits 4 when hit@k
     is below --min-hit-rate or any forbidden document was returned.
 
-    Example: kb eval sample_docs/questions.jsonl --k 3 --min-hit-rate 0.9
+    Example: kb eval sample_docs/knowledge/questions.jsonl --k 3 --min-hit-rate 0.9
     """
     from kb_cli.errors import QualityBelowThreshold
     from kb_cli.services import evaluation

@@ -186,8 +186,9 @@ def audit_line(event: AuditRecord) -> str:
     return f"{event.at} {event.actor} {event.action} {event.entity_id} {change}{detail}"
 
 
-def print_document_table(records: list[DocumentRecord]) -> None:
-    """`kb status` without an id: a table on a terminal, plain lines otherwise."""
+def print_document_table(records: list[DocumentRecord], footer: str = "") -> None:
+    """`kb status` without an id: a table on a terminal (with a footer line), plain
+    lines otherwise."""
     if not is_fancy(sys.stdout):
         print_records(records, as_json=False)
         return
@@ -222,6 +223,8 @@ def print_document_table(records: list[DocumentRecord]) -> None:
             _age(document.created_at, now),
         )
     Console().print(table)
+    if footer:
+        Console().print(f"[dim]{_escape(footer)}[/dim]")
 
 
 _STATUS_STYLE = {

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,7 +18,7 @@ from kb_cli.embeddings.local import _TOKENIZER, _WEIGHTS, LocalEmbedder, _packag
 from kb_cli.parsers import Block
 from kb_cli.ranking import best_per_document, fuse, top_similar
 from kb_cli.textsearch import index_terms, parse_query
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, run_kb
 from tests.test_review_gate import hits, ingest, publish
 
 # --- words -----------------------------------------------------------------------------
@@ -113,7 +115,9 @@ def corpus(invoke, tmp_path):
 
 
 def test_eval_on_the_shipped_question_set(invoke, corpus):
-    result = invoke("eval", str(SAMPLES / "questions.jsonl"), "--min-hit-rate", "0.9", "--json")
+    result = invoke(
+        "eval", str(SAMPLES / "knowledge" / "questions.jsonl"), "--min-hit-rate", "0.9", "--json"
+    )
     assert result.code == 0, result.stderr
     *questions, summary = result.records
     assert set(summary) == {
@@ -321,4 +325,25 @@ def test_reindex_is_for_admins(invoke):
     viewer = invoke("user", "add", "v", "--role", "viewer", "--json", token=admin).record["token"]
     assert invoke("reindex", "--embeddings", "--json", token=viewer).code == 5
     assert invoke("reindex", "--embeddings", "--json", token=admin).code == 0
-    assert invoke("eval", str(Path(SAMPLES / "questions.jsonl")), "--json", token=viewer).code == 0
+    assert (
+        invoke(
+            "eval", str(Path(SAMPLES / "knowledge" / "questions.jsonl")), "--json", token=viewer
+        ).code
+        == 0
+    )
+
+
+@pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--json"]])
+def test_help_and_status_import_no_model(args):
+    """numpy, the tokenizer, jieba and the parsers load only where they are used."""
+    assert run_kb("status").code == 0  # the schema exists (creating it loads SQLAlchemy)
+    code = (
+        "import sys\nfrom kb_cli.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy'}\n"
+        "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.stderr.strip().splitlines()[-1] == "[]"
