@@ -365,26 +365,16 @@ def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Any]:
     return {row.id: row for row in conn.execute(sql, dict(zip(names, chunk_ids, strict=True)))}
 
 
-def neighbour_texts(conn: Connection, document_id: str, revision: int, low: int, high: int):
-    """(chunk_index, text) of a revision's chunks low..high, in order."""
-    sql = (
-        f"SELECT chunk_index, text FROM {CHUNKS} WHERE document_id = :id AND revision = :rev"
-        " AND chunk_index BETWEEN :low AND :high ORDER BY chunk_index"
-    )
-    params = {"id": document_id, "rev": revision, "low": low, "high": high}
-    return [(row[0], row[1]) for row in conn.execute(sql, params)]
-
-
 # --- embeddings of stored chunks (kb reindex --embeddings) ---------------------------
 
 
 def revisions_to_embed(conn: Connection, model: str) -> list[Any]:
-    """(document_id, revision, filename, chunks) of every revision with chunks not yet
-    embedded by `model`, published revisions first."""
-    sql = f"""SELECT c.document_id, c.revision, d.filename, count(*) AS chunks
+    """(document_id, revision, chunks) of every revision with chunks not yet embedded
+    by `model`, published revisions first."""
+    sql = f"""SELECT c.document_id, c.revision, count(*) AS chunks
         FROM {CHUNKS} AS c JOIN {DOCUMENTS} AS d ON d.id = c.document_id
         WHERE c.embedding_model IS NULL OR c.embedding_model != :model
-        GROUP BY c.document_id, c.revision, d.filename, d.published_revision
+        GROUP BY c.document_id, c.revision, d.published_revision
         ORDER BY CASE WHEN c.revision = d.published_revision THEN 0 ELSE 1 END,
                  c.document_id, c.revision"""
     return conn.execute(sql, {"model": model}).all()
