@@ -19,16 +19,36 @@ import typer
 
 from kb_cli import __version__, console
 from kb_cli.errors import ConflictError, KbError, UsageError
+from kb_cli.lifecycle import DocStatus, ErrorCode, Role
+from kb_cli.ranking import SearchMode
+
+HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     name="kb",
-    help="Ingest documents into a knowledge base: upload, submit, work, review, publish.",
+    help=(
+        "Ingest documents into a knowledge base and answer questions from what was "
+        "published.\n\n"
+        "A file is uploaded as a draft, submitted as a task, processed by `kb work`, "
+        "reviewed and published; only then does `kb search` serve it.\n\n"
+        "Examples: kb demo; kb upload handbook.pdf --submit; kb work --drain; "
+        'kb publish 3f2a9c; kb search "How long do we keep invoices?"'
+    ),
     no_args_is_help=True,
+    add_completion=False,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=HELP_SETTINGS,
 )
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON Lines on stdout.")]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print JSON Lines on stdout, one record per line.")
+]
+DocumentId = Annotated[
+    str,
+    typer.Argument(
+        metavar="DOCUMENT_ID", help="A document id, or a unique prefix of 6+ characters."
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -49,26 +69,37 @@ def main_options(
     ctx: typer.Context,
     home: Annotated[
         str | None,
-        typer.Option("--home", envvar="KB_HOME", help="State directory (default ./.kb)."),
+        typer.Option(
+            "--home",
+            metavar="DIR",
+            envvar="KB_HOME",
+            help="The directory of the SQLite database and the stored files (default ./.kb).",
+        ),
     ] = None,
     database_url: Annotated[
         str | None,
         typer.Option(
             "--database-url",
+            metavar="URL",
             envvar="DATABASE_URL",
-            help="Database URL (default sqlite:///HOME/kb.sqlite3).",
+            help="The database: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
+            "(default sqlite:///HOME/kb.sqlite3).",
         ),
     ] = None,
     object_store: Annotated[
         str | None,
         typer.Option(
             "--object-store",
+            metavar="DIR",
             envvar="OBJECT_STORE_ROOT",
-            help="Object store directory (default HOME/objects).",
+            help="The directory where uploaded files are stored (default HOME/objects).",
         ),
     ] = None,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     ctx.obj = Globals(home, database_url, object_store)
@@ -86,19 +117,39 @@ class _Session:
 _session: _Session | None = None
 
 
-def _open(ctx: typer.Context, target: str | None = None, command: str | None = None):
-    """Connect, then check the caller's token against this command (section 8)."""
+def _open(
+    ctx: typer.Context,
+    target: str | None = None,
+    command: str | None = None,
+    create: bool = True,
+):
+    """Connect, then check the caller's token against this command. Read-only commands
+    pass `create=False`: they never create a home or a database."""
     global _session
     from kb_cli.config import resolve_settings
     from kb_cli.services import access
     from kb_cli.services.context import Kb
 
     options: Globals = ctx.find_root().obj
-    kb = Kb.open(resolve_settings(options.home, options.database_url, options.object_store))
+    settings = resolve_settings(options.home, options.database_url, options.object_store)
+    kb = Kb.open(settings, create=create)
     command = command or ctx.command.name
     access.authorize(kb, command, target)
     _session = _Session(kb, command, target)
     return kb
+
+
+def _open_to_read(ctx: typer.Context, json_out: bool):
+    """For commands that list or search: with no knowledge base yet there is nothing to
+    show, which is said on stderr (not in --json mode); None then."""
+    from kb_cli.errors import NoKnowledgeBaseYet
+
+    try:
+        return _open(ctx, create=False)
+    except NoKnowledgeBaseYet as nothing:
+        if not json_out:
+            console.log(f"kb: {nothing.message}")
+        return None
 
 
 # --- commands ------------------------------------------------------------------------
@@ -109,17 +160,22 @@ def upload(
     ctx: typer.Context,
     files: Annotated[
         list[Path],
-        typer.Argument(help="Files to upload: .pdf, .docx, .txt, .md.", show_default=False),
+        typer.Argument(
+            metavar="FILE...",
+            help="Files to upload: .pdf, .docx, .txt or .md.",
+            show_default=False,
+        ),
     ],
     submit: Annotated[
-        bool, typer.Option("--submit", help="Also submit each document; print task records.")
+        bool,
+        typer.Option("--submit", help="Also submit each document, and print its task instead."),
     ] = False,
     replace: Annotated[
         str | None,
         typer.Option(
             "--replace",
             metavar="DOCUMENT_ID",
-            help="Replace the file of this draft, failed or published document.",
+            help="Replace the file of this draft, failed or published document (one FILE).",
         ),
     ] = None,
     json_out: JsonFlag = False,
@@ -135,7 +191,9 @@ def upload(
     kb = _open(ctx, replace)
     if replace is not None:
         if len(files) != 1 or submit:
-            raise UsageError("--replace takes exactly one file and no --submit")
+            raise UsageError(
+                "--replace takes exactly one file and no --submit; submit or retry afterwards"
+            )
         records = [documents.replace_file(kb, files[0], replace)]
     else:
         records = documents.upload_files(kb, files, submit=submit)
@@ -145,7 +203,7 @@ def upload(
 @app.command()
 def submit(
     ctx: typer.Context,
-    document_id: Annotated[str, typer.Argument(help="Document id or unique prefix.")],
+    document_id: DocumentId,
     json_out: JsonFlag = False,
 ) -> None:
     """Queue a draft document for ingestion and print its task.
@@ -166,28 +224,43 @@ def status(
         str | None,
         typer.Argument(
             metavar="[ID]",
-            help="Task or document id (or unique prefix). Omit to list documents.",
+            help="A task or document id (or a unique prefix of 6+ characters). "
+            "Without one, every document is listed.",
             show_default=False,
         ),
     ] = None,
     wait: Annotated[
         bool,
-        typer.Option("--wait", help="Block until the task ends (succeeded, failed, cancelled)."),
+        typer.Option(
+            "--wait",
+            help="Block until the task (or the document's latest task) ends; exit 0 when it "
+            "succeeded, 8 when it failed or was cancelled.",
+        ),
     ] = False,
     timeout: Annotated[
         float | None,
         typer.Option(
-            "--timeout", metavar="SECONDS", min=0, help="Give up waiting after this long."
+            "--timeout",
+            metavar="SECONDS",
+            min=0,
+            help="With --wait: give up after this many seconds (exit 7).",
         ),
     ] = None,
     status_filter: Annotated[
-        str | None,
-        typer.Option("--status", metavar="S", help="List only documents with this status."),
+        DocStatus | None,
+        typer.Option(
+            "--status",
+            metavar="STATUS",
+            help=f"List only the documents with this status: {', '.join(DocStatus)}.",
+        ),
     ] = None,
     error_code: Annotated[
-        str | None,
+        ErrorCode | None,
         typer.Option(
-            "--error-code", metavar="C", help="List only documents whose latest task failed so."
+            "--error-code",
+            metavar="CODE",
+            help="List only the documents whose latest task failed with this error code: "
+            f"{', '.join(ErrorCode)}.",
         ),
     ] = None,
     json_out: JsonFlag = False,
@@ -196,48 +269,76 @@ def status(
 
     Examples: kb status; kb status 3f2a9c --wait --timeout 60; kb status --status failed
     """
-    from kb_cli.lifecycle import DocStatus
     from kb_cli.services import documents, tasks
 
     if entity_id is None:
         if wait:
-            raise UsageError("--wait needs a task or document id")
-        if status_filter is not None and status_filter not in set(DocStatus):
-            raise UsageError(f"unknown --status {status_filter!r}; one of: {', '.join(DocStatus)}")
-        kb = _open(ctx)
-        records = documents.list_document_records(kb, status_filter, error_code)
+            raise UsageError("--wait needs a task or document id: kb status ID --wait")
+        kb = _open_to_read(ctx, json_out)
+        records = documents.list_document_records(kb, status_filter, error_code) if kb else []
         if json_out:
             console.print_records(records, True)
-        else:
+        elif kb:
             console.print_document_table(records, footer=kb.settings.embeddings.describe())
         return
     if status_filter or error_code:
         raise UsageError("--status and --error-code filter the list; give no id with them")
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
-    kb = _open(ctx, entity_id)
+    kb = _open(ctx, entity_id, create=False)
     if not wait:
         console.print_records([tasks.get_record(kb, entity_id)], json_out)
         return
-    live = console.LiveWait() if not json_out and console.is_fancy(sys.stderr) else None
+    _wait(kb, entity_id, timeout, json_out)
+
+
+def _wait(kb, entity_id: str, timeout: float | None, json_out: bool) -> None:
+    """`status --wait`: live stages on a terminal, then the record; exit 8 when the task
+    did not succeed, 7 when the timeout ran out."""
+    from kb_cli.errors import TaskUnsuccessful
+    from kb_cli.services import tasks
+
+    watcher = None
+    if not json_out:
+        watcher = console.LiveWait() if console.is_fancy(sys.stderr) else console.WaitHint()
     try:
-        record = tasks.wait_for_task(kb, entity_id, timeout, on_change=live)
+        record = tasks.wait_for_task(kb, entity_id, timeout, watcher)
     except tasks.WaitTimeout as timed_out:
+        if watcher:
+            watcher.close(None)
         console.print_records([timed_out.record], json_out)
         raise
-    finally:
-        if live:
-            live.close()
+    if watcher:
+        watcher.close(record)
     console.print_records([record], json_out)
+    if record.status == "failed":
+        raise TaskUnsuccessful(
+            f"task {record.task_id} failed at {record.stage} with {record.error_code}: "
+            f"fix the cause, then `kb retry {record.task_id}`"
+        )
+    if record.status == "cancelled":
+        raise TaskUnsuccessful(
+            f"task {record.task_id} was cancelled: its document is a draft again "
+            f"(`kb submit {record.document_id}` to process it)"
+        )
 
 
 @app.command()
 def cancel(
     ctx: typer.Context,
-    task_id: Annotated[str, typer.Argument(help="Task id or unique prefix.")],
+    task_id: Annotated[
+        str,
+        typer.Argument(
+            metavar="ID",
+            help="A task id, or a document id meaning its latest task (or a unique prefix "
+            "of 6+ characters).",
+        ),
+    ],
     json_out: JsonFlag = False,
 ) -> None:
     """Cancel a queued, running or waiting task; its document goes back to draft.
+
+    A running worker stops at its next check and removes what it wrote.
 
     Example: kb cancel 9b1e77
     """
@@ -253,16 +354,23 @@ def retry(
         str | None,
         typer.Argument(
             metavar="[ID]",
-            help="Failed task id, or a document id meaning its latest task.",
+            help="A failed task id, or a document id meaning its latest task (or a unique "
+            "prefix of 6+ characters).",
             show_default=False,
         ),
     ] = None,
     all_failed: Annotated[
-        bool, typer.Option("--all-failed", help="Requeue every failed task.")
+        bool,
+        typer.Option("--all-failed", help="Requeue every failed task, instead of one ID."),
     ] = False,
     error_code: Annotated[
-        str | None,
-        typer.Option("--error-code", metavar="C", help="With --all-failed: only tasks failed so."),
+        ErrorCode | None,
+        typer.Option(
+            "--error-code",
+            metavar="CODE",
+            help="With --all-failed: requeue only the tasks that failed with this error code: "
+            f"{', '.join(ErrorCode)}.",
+        ),
     ] = None,
     json_out: JsonFlag = False,
 ) -> None:
@@ -273,7 +381,7 @@ def retry(
     from kb_cli.services import tasks
 
     if all_failed == (entity_id is not None):
-        raise UsageError("give either an ID or --all-failed")
+        raise UsageError("give either an ID or --all-failed: kb retry ID / kb retry --all-failed")
     if error_code and not all_failed:
         raise UsageError("--error-code only applies with --all-failed")
     kb = _open(ctx, entity_id)
@@ -290,19 +398,23 @@ def work(
         str | None,
         typer.Argument(
             metavar="[TASK_ID]",
-            help="Claim this task instead of the oldest claimable one.",
+            help="Claim this task (id or unique prefix) instead of the oldest claimable one.",
             show_default=False,
         ),
     ] = None,
     worker_id: Annotated[
         str | None,
         typer.Option(
-            "--worker-id", metavar="NAME", help="Name in logs and records (default HOST-PID)."
+            "--worker-id",
+            metavar="NAME",
+            help="The name this worker has in logs and task records (default HOST-PID).",
         ),
     ] = None,
-    loop: Annotated[bool, typer.Option("--loop", help="Poll for tasks until stopped.")] = False,
+    loop: Annotated[
+        bool, typer.Option("--loop", help="Keep polling for tasks until stopped (Ctrl-C).")
+    ] = False,
     drain: Annotated[
-        bool, typer.Option("--drain", help="Run tasks until none is claimable.")
+        bool, typer.Option("--drain", help="Run tasks until none is claimable, then stop.")
     ] = False,
     max_tasks: Annotated[
         int | None,
@@ -314,16 +426,16 @@ def work(
             "--stage-delay",
             metavar="SECONDS",
             min=0,
-            help="Pause after each progress step (for demos and tests).",
+            help="Pause this long after each progress step, to watch, cancel or race a task.",
         ),
     ] = 0.0,
     lease_seconds: Annotated[
         float,
         typer.Option(
             "--lease-seconds",
-            metavar="N",
+            metavar="SECONDS",
             min=0.5,
-            help="How long a claim stays valid without a heartbeat.",
+            help="How long a claim stays valid without a heartbeat; the worker renews it.",
         ),
     ] = 60.0,
     max_attempts: Annotated[
@@ -332,7 +444,8 @@ def work(
             "--max-attempts",
             metavar="N",
             min=1,
-            help="Attempts before a lost or transiently failing task ends failed.",
+            help="How many attempts a task whose worker was lost, or that failed transiently, "
+            "gets before it ends failed.",
         ),
     ] = 3,
     backoff_seconds: Annotated[
@@ -342,7 +455,7 @@ def work(
             metavar="SECONDS",
             min=0,
             envvar="KB_BACKOFF_SECONDS",
-            help="Base of the exponential retry delay after a transient error.",
+            help="The base of the exponential delay before retrying after a transient error.",
         ),
     ] = 5.0,
     poll_seconds: Annotated[
@@ -379,16 +492,22 @@ def work(
         poll_seconds=poll_seconds,
     )
     fancy = not json_out and console.is_fancy(sys.stderr)
-    listener = (console.LiveWorkerDisplay if fancy else console.PlainWorkerLog)(options.worker_id)
+    if fancy:
+        listener = console.LiveWorkerDisplay(options.worker_id, loop=loop)
+    else:
+        listener = console.PlainWorkerLog(options.worker_id)
     stop = threading.Event()
     _stop_on_signals(stop)
     worker = Worker(_open(ctx, task_id), options, listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
-    for result in worker.run(task_id, max_tasks=limit, loop=loop):
-        if json_out:
-            console.write_json(result)
-        elif result.task is not None:
-            console.emit(console.task_line(result.task))
+    try:
+        for result in worker.run(task_id, max_tasks=limit, loop=loop):
+            if json_out:
+                console.write_json(result)
+            elif result.task is not None and not fancy:  # the live display showed it
+                console.emit(console.task_line(result.task))
+    finally:
+        listener.close()
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
@@ -410,11 +529,13 @@ def _stop_on_signals(stop: threading.Event) -> None:
 @app.command()
 def publish(
     ctx: typer.Context,
-    document_id: Annotated[str, typer.Argument(help="Document id or unique prefix.")],
+    document_id: DocumentId,
     if_version: Annotated[
         int | None,
         typer.Option(
-            "--if-version", metavar="N", help="Only if the document is still at this version."
+            "--if-version",
+            metavar="N",
+            help="Publish only if the document is still at this version (else exit 4).",
         ),
     ] = None,
     json_out: JsonFlag = False,
@@ -434,22 +555,26 @@ def search(
     ctx: typer.Context,
     query: Annotated[
         str,
-        typer.Argument(help='A question or words; a "quoted phrase" must match exactly.'),
+        typer.Argument(
+            metavar="QUERY", help='A question or words; a "quoted phrase" must match exactly.'
+        ),
     ],
-    limit: Annotated[int, typer.Option("--limit", metavar="K", min=1, help="Most hits.")] = 10,
+    limit: Annotated[
+        int, typer.Option("--limit", metavar="K", min=1, help="Print at most K hits.")
+    ] = 10,
     mode: Annotated[
-        str | None,
+        SearchMode | None,
         typer.Option(
             "--mode",
-            metavar="hybrid|lexical|vector",
-            help="Ranking: words (BM25), meaning (vectors), or both fused "
-            "(default: hybrid when the chunks have vectors).",
+            metavar="MODE",
+            help="The ranking: lexical (words, BM25), vector (meaning), or hybrid (both "
+            "fused; the default when the chunks have vectors).",
             show_default=False,
         ),
     ] = None,
     per_document: Annotated[
         bool,
-        typer.Option("--per-document", help="One hit per document: its best chunk."),
+        typer.Option("--per-document", help="Print one hit per document: its best chunk."),
     ] = False,
     json_out: JsonFlag = False,
 ) -> None:
@@ -459,12 +584,18 @@ def search(
     """
     from kb_cli.services import search as search_service
 
-    result = search_service.search(_open(ctx), query, limit, mode, per_document)
+    kb = _open_to_read(ctx, json_out)
+    if kb is None:
+        return
+    result = search_service.search(kb, query, limit, mode and mode.value, per_document)
     for warning in result.warnings:
         console.log(f"kb: warning: {warning}")
     console.print_records(result.hits, json_out)
     if not result.hits and not json_out and console.is_fancy(sys.stderr):
-        console.log("no hits; search covers published revisions only (kb publish DOCUMENT_ID)")
+        console.log(
+            "no hits: search serves published revisions only; "
+            "`kb status --status review_pending` lists what waits for `kb publish`"
+        )
 
 
 @app.command("eval")
@@ -474,10 +605,14 @@ def eval_command(
         Path,
         typer.Argument(
             metavar="QUESTIONS_FILE",
-            help='JSON Lines: {"question": ..., "expected": [FILE or ID], "forbidden": [...]}.',
+            help='A JSON Lines file, one {"question": ..., "expected": [FILE or ID, ...], '
+            '"forbidden": [...]} per line.',
         ),
     ],
-    k: Annotated[int, typer.Option("--k", metavar="K", min=1, help="Hits that count.")] = 3,
+    k: Annotated[
+        int,
+        typer.Option("--k", metavar="K", min=1, help="How many hits count as found (hit@K)."),
+    ] = 3,
     min_hit_rate: Annotated[
         float | None,
         typer.Option(
@@ -485,7 +620,7 @@ def eval_command(
             metavar="X",
             min=0,
             max=1,
-            help="Exit 4 when hit@k is below X (0 to 1).",
+            help="Exit 4 when hit@K is below X (a rate from 0 to 1).",
         ),
     ] = None,
     json_out: JsonFlag = False,
@@ -501,7 +636,7 @@ def eval_command(
     from kb_cli.services import evaluation
 
     questions = evaluation.load_questions(questions_file)
-    results, summary = evaluation.evaluate(_open(ctx), questions, k)
+    results, summary = evaluation.evaluate(_open(ctx, create=False), questions, k)
     if json_out:
         console.print_records([*results, summary], True)
     else:
@@ -520,7 +655,8 @@ def reindex(
     embeddings: Annotated[
         bool,
         typer.Option(
-            "--embeddings", help="Embed every chunk that has no vector of the configured model."
+            "--embeddings",
+            help="Embed every chunk that has no vector of the configured model.",
         ),
     ] = False,
     json_out: JsonFlag = False,
@@ -537,7 +673,7 @@ def reindex(
 
     if not embeddings:
         raise UsageError("say what to rebuild: kb reindex --embeddings")
-    kb = _open(ctx)
+    kb = _open(ctx, create=False)
     progress = console.Progress("embedding") if not json_out else None
     try:
         report = reindex_embeddings(kb, progress or (lambda done, total: None))
@@ -558,7 +694,9 @@ def doctor(
     repair: Annotated[
         bool,
         typer.Option(
-            "--repair", help="Fix what is safe: orphan objects, stray chunks, dead workers' tasks."
+            "--repair",
+            help="Fix what is safe to fix (orphan objects, stray chunks, dead workers' tasks) "
+            "and report each fix.",
         ),
     ] = False,
     json_out: JsonFlag = False,
@@ -573,7 +711,7 @@ def doctor(
     from kb_cli.errors import ProblemsFound
     from kb_cli.services import doctor as doctor_service
 
-    report = doctor_service.check(_open(ctx), repair=repair)
+    report = doctor_service.check(_open(ctx, create=False), repair=repair)
     if json_out:
         console.write_json(report)
     else:
@@ -590,10 +728,16 @@ def doctor(
 @app.command()
 def history(
     ctx: typer.Context,
-    entity_id: Annotated[str, typer.Argument(metavar="ID", help="Document or task id.")],
+    entity_id: Annotated[
+        str,
+        typer.Argument(
+            metavar="ID",
+            help="A document or task id, or a unique prefix of 6+ characters.",
+        ),
+    ],
     json_out: JsonFlag = False,
 ) -> None:
-    """The audit trail of a document (with its tasks) or a task, oldest first.
+    """The audit trail of a document (with its tasks) or of a task, oldest first.
 
     Every state change, every publish and every refused command is an event.
 
@@ -601,23 +745,33 @@ def history(
     """
     from kb_cli.services.history import history as history_service
 
-    events = history_service(_open(ctx, entity_id), entity_id)
-    if json_out:
-        console.print_records(events, True)
-    else:
-        for event in events:
-            console.emit(console.audit_line(event))
+    events = history_service(_open(ctx, entity_id, create=False), entity_id)
+    console.print_records(events, json_out)
 
 
-user_app = typer.Typer(help="Manage users and their roles (admin only once an admin exists).")
+user_app = typer.Typer(
+    help="""Manage users and their roles (admin only, once an admin exists).
+
+    Example: kb user add alice --role admin && kb user add bob --role editor
+    """,
+    no_args_is_help=True,
+    context_settings=HELP_SETTINGS,
+)
 app.add_typer(user_app, name="user")
 
 
 @user_app.command("add")
 def user_add(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="User name.")],
-    role: Annotated[str, typer.Option("--role", help="viewer, editor, reviewer, worker or admin.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
+    role: Annotated[
+        Role,
+        typer.Option(
+            "--role",
+            metavar="ROLE",
+            help=f"What the user may do: {', '.join(Role)}. The first user must be an admin.",
+        ),
+    ],
     json_out: JsonFlag = False,
 ) -> None:
     """Create a user and print its token, once; only its hash is stored.
@@ -628,7 +782,7 @@ def user_add(
     """
     from kb_cli.services import access
 
-    new_user = access.add_user(_open(ctx, name, command="user"), name, role)
+    new_user = access.add_user(_open(ctx, name, command="user"), name, role.value)
     if json_out:
         console.write_json(new_user)
     else:
@@ -641,7 +795,8 @@ def user_add(
 def demo(
     ctx: typer.Context,
     keep: Annotated[
-        bool, typer.Option("--keep", help="Keep the temporary home to explore it afterwards.")
+        bool,
+        typer.Option("--keep", help="Keep the temporary home, to explore it afterwards."),
     ] = False,
     json_out: JsonFlag = False,
 ) -> None:
@@ -677,7 +832,14 @@ def _authorize_demo(ctx: typer.Context) -> None:
     _open(ctx)
 
 
-db_app = typer.Typer(help="Database schema maintenance.")
+db_app = typer.Typer(
+    help="""Database schema maintenance (admin).
+
+    Example: DATABASE_URL=postgresql+psycopg://kb@db/kb kb db upgrade
+    """,
+    no_args_is_help=True,
+    context_settings=HELP_SETTINGS,
+)
 app.add_typer(db_app, name="db")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable
@@ -110,7 +111,11 @@ def document_line(document: DocumentRecord) -> str:
 
 
 def print_records(records: Iterable[Any], as_json: bool) -> None:
-    """Print records as JSON Lines, or one readable line each."""
+    """Print records as JSON Lines; otherwise one readable line each, or on a terminal
+    a small panel for one task or document and a table for several."""
+    records = list(records)
+    if not as_json and records and is_fancy(sys.stdout) and _print_on_terminal(records):
+        return
     for record in records:
         if as_json:
             write_json(record)
@@ -120,6 +125,8 @@ def print_records(records: Iterable[Any], as_json: bool) -> None:
             emit(document_line(record))
         elif isinstance(record, SearchHit):
             emit(search_line(record))
+        elif isinstance(record, AuditRecord):
+            emit(audit_line(record))
         else:
             emit(str(record))
 
@@ -186,45 +193,227 @@ def audit_line(event: AuditRecord) -> str:
     return f"{event.at} {event.actor} {event.action} {event.entity_id} {change}{detail}"
 
 
+# --- rich renderers (terminal only) --------------------------------------------------
+
+WIDE = 110  # columns from which the document table shows every field of the latest task
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _cell(text: object) -> str:
+    """Text from the database, safe in a rich cell: markup escaped, and control
+    characters shown as escapes, so a file name cannot move the cursor or forge a row."""
+    from rich.markup import escape
+
+    return escape(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text)))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _print_on_terminal(records: list[Any]) -> bool:
+    kinds = {type(record) for record in records}
+    if kinds == {AuditRecord}:
+        _console().print(_history_table(records))
+    elif kinds == {DocumentRecord}:
+        _console().print(
+            _document_panel(records[0]) if len(records) == 1 else _document_table(records)
+        )
+    elif kinds == {TaskRecord}:
+        _console().print(_task_panel(records[0]) if len(records) == 1 else _task_table(records))
+    else:
+        return False
+    return True
+
+
+def _fields_panel(title: str, fields: list[tuple[str, str]]):
+    from rich import box
+    from rich.panel import Panel
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, value in fields:
+        grid.add_row(label, value)
+    return Panel(grid, title=title, title_align="left", box=box.ROUNDED, expand=False)
+
+
+def _task_fields(task: TaskRecord) -> list[tuple[str, str]]:
+    fields = [
+        ("status", _styled(task.status)),
+        ("stage", f"{task.stage} {_count(task.stage, task.completed, task.total)}".rstrip()),
+        ("attempt", str(task.attempt)),
+    ]
+    if task.error_code:
+        fields.append(("error", f"[red]{task.error_code}[/red]"))
+        fields.append(("detail", _cell(task.error_detail or "")))
+    if task.worker_id:
+        fields.append(("worker", _cell(task.worker_id)))
+    if task.status == "running" and task.lease_expires_at:
+        fields.append(("lease until", task.lease_expires_at))
+    if task.retry_at:
+        fields.append(("retry at", task.retry_at))
+    return fields
+
+
+def _task_panel(task: TaskRecord):
+    return _fields_panel(
+        f"task {task.task_id}",
+        [
+            ("document", task.document_id),
+            ("revision", str(task.revision)),
+            *_task_fields(task),
+            ("created", task.created_at),
+            ("updated", task.updated_at),
+        ],
+    )
+
+
+def _document_panel(document: DocumentRecord):
+    published = document.published_revision
+    fields = [
+        ("file", _cell(document.filename)),
+        ("status", _styled(document.status)),
+        ("size", f"{_size(document.size_bytes)} ({document.content_type})"),
+        ("sha256", document.sha256[:16] + "…"),
+        ("version", str(document.version)),
+        ("revision", f"{document.revision} (published: {published or 'none yet'})"),
+        ("created", document.created_at),
+        ("updated", document.updated_at),
+    ]
+    task = document.latest_task
+    if task is not None:
+        fields += [("latest task", task.task_id), *_task_fields(task)]
+    return _fields_panel(f"document {document.document_id}", fields)
+
+
+def _table(title: str):
+    from rich import box
+    from rich.table import Table
+
+    return Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, expand=False
+    )
+
+
+def _document_table(records: list[DocumentRecord], width: int | None = None):
+    """Short id, file, document status and the latest task: at 80 columns the task's
+    status, stage, progress and error share one column and the file is cut to fit;
+    from WIDE columns on, each has its own."""
+    wide = (width or _console().width) >= WIDE
+    table = _table(f"{len(records)} documents, newest first")
+    table.add_column("id", no_wrap=True)
+    table.add_column("file", no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
+    table.add_column("document", no_wrap=True)
+    names = ("task", "stage", "progress", "attempt", "error") if wide else ("task",)
+    for name in names:
+        table.add_column(name, no_wrap=True)
+    table.add_column("age", no_wrap=True, justify="right")
+    now = datetime.now(UTC)
+    for document in records:
+        task = document.latest_task
+        cells = _task_cells(task) if wide else [_task_summary(task)]
+        table.add_row(
+            short(document.document_id),
+            _cell(document.filename),
+            _styled(document.status),
+            *cells,
+            _age(document.created_at, now),
+        )
+    return table
+
+
+def _task_cells(task: TaskRecord | None) -> list[str]:
+    if task is None:
+        return ["-", "", "", "", ""]
+    return [
+        _styled(task.status),
+        task.stage,
+        _count(task.stage, task.completed, task.total),
+        str(task.attempt),
+        f"[red]{task.error_code}[/red]" if task.error_code else "",
+    ]
+
+
+def _task_summary(task: TaskRecord | None) -> str:
+    """The latest task in one short cell: its status, and what matters in that status."""
+    if task is None:
+        return "-"
+    if task.error_code:
+        return f"{_styled(task.status)} [red]{task.error_code}[/red]"
+    if task.status == "running":
+        progress = _count(task.stage, task.completed, task.total)
+        return f"{_styled(task.status)} {task.stage} {progress}".rstrip()
+    return _styled(task.status)
+
+
+def _task_table(records: list[TaskRecord]):
+    table = _table(f"{len(records)} tasks")
+    for name in ("task", "document", "status", "stage", "attempt", "error"):
+        table.add_column(name, no_wrap=True)
+    for task in records:
+        table.add_row(
+            short(task.task_id),
+            short(task.document_id),
+            _styled(task.status),
+            task.stage,
+            str(task.attempt),
+            f"[red]{task.error_code}[/red]" if task.error_code else "",
+        )
+    return table
+
+
+def _history_table(events: list[AuditRecord]):
+    table = _table(f"{len(events)} events, oldest first")
+    table.add_column("at", no_wrap=True)
+    table.add_column("actor", no_wrap=True, overflow="ellipsis", max_width=16)
+    table.add_column("action", no_wrap=True)
+    table.add_column("of", no_wrap=True)
+    table.add_column("change", no_wrap=True)
+    table.add_column("detail", overflow="fold", ratio=1)
+    for event in events:
+        change = f"{event.from_status or '-'} → {event.to_status or '-'}"
+        table.add_row(
+            event.at[:19].replace("T", " "),
+            _cell(event.actor),
+            event.action,
+            short(event.entity_id),
+            change,
+            _cell(event.detail or ""),
+        )
+    return table
+
+
 def print_document_table(records: list[DocumentRecord], footer: str = "") -> None:
     """`kb status` without an id: a table on a terminal (with a footer line), plain
     lines otherwise."""
     if not is_fancy(sys.stdout):
         print_records(records, as_json=False)
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{len(records)} documents, newest first", title_justify="left")
-    for column in (
-        "id",
-        "file",
-        "document",
-        "task",
-        "stage",
-        "progress",
-        "attempt",
-        "error",
-        "age",
-    ):
-        table.add_column(column, no_wrap=column in ("id", "progress"))
-    now = datetime.now(UTC)
-    for document in records:
-        task = document.latest_task
-        table.add_row(
-            short(document.document_id),
-            document.filename,
-            _styled(document.status),
-            _styled(task.status) if task else "-",
-            task.stage if task else "-",
-            f"{task.completed}/{task.total}" if task else "-",
-            str(task.attempt) if task else "-",
-            f"[red]{task.error_code}[/red]" if task and task.error_code else "",
-            _age(document.created_at, now),
-        )
-    Console().print(table)
+    console = _console()
+    console.print(_document_table(records, console.width))
     if footer:
-        Console().print(f"[dim]{_escape(footer)}[/dim]")
+        console.print(f"[dim]{_cell(footer)}[/dim]")
+
+
+def _count(stage: str, done: int, total: int) -> str:
+    """Progress of a stage: bytes for the download, items for the others."""
+    if stage == Stage.DOWNLOAD:
+        return f"{_size(done)}/{_size(total)}" if total else ""
+    return f"{done}/{total}" if total else ""
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
 
 
 _STATUS_STYLE = {
@@ -239,12 +428,6 @@ _STATUS_STYLE = {
     "cancelled": "dim",
     "draft": "dim",
 }
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def _styled(status: str) -> str:
@@ -265,26 +448,34 @@ def _age(stamp: str, now: datetime) -> str:
 
 
 class PlainWorkerLog:
-    """The contract's log lines on stderr; stage lines throttled within a stage."""
+    """The contract's log lines on stderr; stage lines throttled within a stage, and an
+    idle worker says so once, not once per poll."""
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
         self._last: tuple[str, int, int] | None = None
         self._last_at = 0.0
+        self._idle = False
 
-    def claimed(self, task: TaskRecord, reclaimed_from: str | None) -> None:
+    def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
+        self._idle = False
         if reclaimed_from:
             log(f"reclaimed task={task.task_id} from={reclaimed_from} worker={self.worker_id}")
         log(
             f"claimed task={task.task_id} worker={self.worker_id} status={task.status} "
             f"attempt={task.attempt}"
         )
+        log(
+            f"document={task.document_id} file={json.dumps(filename, ensure_ascii=False)} "
+            f"revision={task.revision}"
+        )
         self._last = None
 
     def missed(self, task_id: str | None) -> None:
         if task_id:
             log(f"claim missed task={task_id} worker={self.worker_id}")
-        else:
+        elif not self._idle:
+            self._idle = True
             log(f"no claimable task worker={self.worker_id}")
 
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
@@ -314,27 +505,23 @@ class PlainWorkerLog:
     def gave_up(self, task_id: str, reason: str) -> None:
         log(f"failed task={task_id} error=worker_lost detail={json.dumps(reason)}")
 
+    def close(self) -> None:
+        pass
+
 
 class LiveStages:
     """One rich progress bar per stage, for one task at a time, on stderr."""
 
-    def __init__(self, title: str) -> None:
+    def __init__(self) -> None:
         from rich.console import Console
         from rich.live import Live
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(stderr=True)
-        self.title = title
+        self.console = Console(stderr=True, highlight=False)
         self.progress = Progress(
             TextColumn("{task.fields[mark]} {task.description:<10}"),
-            BarColumn(bar_width=30),
-            MofNCompleteColumn(),
+            BarColumn(bar_width=24),
+            TextColumn("{task.fields[count]:>17}"),
             TimeElapsedColumn(),
             TextColumn("{task.fields[rate]}"),
             console=self.console,
@@ -358,61 +545,118 @@ class LiveStages:
         self.bars.clear()
         self.started.clear()
 
-    def update(self, stage: str, done: int, total: int) -> None:
+    def update(self, stage: str, done: int, total: int, failed: bool = False) -> None:
+        """Show `stage` at done/total; every earlier stage is complete by then."""
         for earlier in STAGES[: STAGES.index(Stage(stage))]:
             self._ensure(earlier)
-            bar = self.bars[earlier]
-            task = self.progress.tasks[[t.id for t in self.progress.tasks].index(bar)]
+            task = self.progress.tasks[self._position(earlier)]
             if not task.finished:
-                self.progress.update(
-                    bar, total=task.total or 1, completed=task.total or 1, mark="[green]✓[/green]"
-                )
+                whole = task.total or 1
+                self.progress.update(self.bars[earlier], total=whole, completed=whole, mark=_DONE)
         self._ensure(stage)
         elapsed = max(time.monotonic() - self.started[stage], 1e-6)
-        rate = f"{done / elapsed:,.0f}/s" if done else ""
+        rate = f"{done / elapsed:,.0f}/s" if done and stage != Stage.DOWNLOAD else ""
         finished = total > 0 and done >= total
+        mark = _FAILED if failed else _DONE if finished else "[yellow]…[/yellow]"
         self.progress.update(
             self.bars[stage],
             total=max(total, 1) if total else None,
             completed=done,
+            count=_count(stage, done, total),
             rate=rate,
-            mark="[green]✓[/green]" if finished else "[yellow]…[/yellow]",
+            mark=mark,
         )
+
+    def _position(self, stage: str) -> int:
+        return [task.id for task in self.progress.tasks].index(self.bars[stage])
 
     def _ensure(self, stage: str) -> None:
         if stage not in self.bars:
-            self.bars[stage] = self.progress.add_task(stage, total=None, mark=" ", rate="")
+            self.bars[stage] = self.progress.add_task(
+                stage, total=None, mark=" ", rate="", count=""
+            )
             self.started[stage] = time.monotonic()
 
     def print(self, message: str) -> None:
         self.console.print(message)
 
 
+_DONE = "[green]✓[/green]"
+_FAILED = "[red]✗[/red]"
+
+
+def _task_title(task: TaskRecord, filename: str) -> str:
+    name = _cell(filename)
+    return f"task [cyan]{short(task.task_id)}[/cyan] [bold]{name}[/bold] rev {task.revision}"
+
+
+def _outcome_lines(task: TaskRecord) -> list[str]:
+    """How a task ended, in colour: the status, and the error code with its detail."""
+    colour = {"succeeded": "green", "failed": "red"}.get(task.status, "yellow")
+    status = f"[{colour}]{task.status}[/{colour}]"
+    lines = [f"{status} task {short(task.task_id)} attempt {task.attempt}"]
+    if task.error_code:
+        where = f" at {task.stage}" if task.status == "failed" else ""
+        lines.append(f"[red]{task.error_code}{where}: {_cell(task.error_detail or '')}[/red]")
+    return lines
+
+
 class LiveWorkerDisplay(PlainWorkerLog):
-    """`kb work` on a terminal: the same events, drawn as live bars."""
+    """`kb work` on a terminal: the same events, drawn as live bars; between tasks of a
+    --loop, one status line updated in place."""
 
-    def __init__(self, worker_id: str) -> None:
+    def __init__(self, worker_id: str, loop: bool = False) -> None:
         super().__init__(worker_id)
-        self.live: LiveStages | None = None
+        from rich.console import Console
 
-    def claimed(self, task: TaskRecord, reclaimed_from: str | None) -> None:
-        self.live = LiveStages(task.task_id)
-        note = f" [magenta](reclaimed from {reclaimed_from})[/magenta]" if reclaimed_from else ""
+        self.console = Console(stderr=True, highlight=False)
+        self.loop = loop
+        self.live: LiveStages | None = None
+        self.idle = None  # rich.live.Live of the waiting line
+        self.idle_since: datetime | None = None
+        self.done = 0
+        self.last: str | None = None
+
+    def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
+        self._stop_idle()
+        self.last = f"{_cell(filename)} at {datetime.now().strftime('%H:%M:%S')}"
+        self.live = LiveStages()
+        note = ""
+        if reclaimed_from:
+            note = f" [magenta](reclaimed from {_cell(reclaimed_from)})[/magenta]"
         self.live.start(
-            f"[bold]claimed[/bold] task [cyan]{short(task.task_id)}[/cyan] "
-            f"worker [cyan]{self.worker_id}[/cyan] attempt {task.attempt}{note}"
+            f"[bold]claimed[/bold] {_task_title(task, filename)} "
+            f"worker [cyan]{_cell(self.worker_id)}[/cyan] attempt {task.attempt}{note}"
         )
 
     def missed(self, task_id: str | None) -> None:
-        from rich.console import Console
+        if task_id:
+            self.console.print(
+                f"[yellow]claim missed[/yellow]: task {short(task_id)} was taken by "
+                "another worker or is not claimable"
+            )
+        elif self.loop:
+            self._show_idle()
+        else:
+            self.console.print("[dim]no claimable task[/dim]")
 
-        message = (
-            f"[yellow]claim missed[/yellow]: task {short(task_id)} was taken by "
-            "another worker or is not claimable"
-            if task_id
-            else "[dim]no claimable task[/dim]"
+    def _show_idle(self) -> None:
+        from rich.live import Live
+
+        if self.idle is None:
+            self.idle_since = datetime.now()
+            self.idle = Live(console=self.console, transient=True, refresh_per_second=4)
+            self.idle.start()
+        last = f" · last claim: {self.last}" if self.last else ""
+        self.idle.update(
+            f"[dim]worker {_cell(self.worker_id)} waiting for tasks since "
+            f"{self.idle_since:%H:%M:%S} · {self.done} done{last} · Ctrl-C to stop[/dim]"
         )
-        Console(stderr=True).print(message)
+
+    def _stop_idle(self) -> None:
+        if self.idle is not None:
+            self.idle.stop()
+            self.idle = None
 
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
         if self.live:
@@ -421,14 +665,13 @@ class LiveWorkerDisplay(PlainWorkerLog):
     def finished(self, task: TaskRecord) -> None:
         if not self.live:
             return
+        if task.status == "failed":
+            self.live.update(task.stage, task.completed, task.total, failed=True)
         self.live.stop()
-        colour = {"succeeded": "green", "failed": "red"}.get(task.status, "yellow")
-        self.live.print(
-            f"[{colour}]{task.status}[/{colour}] task {short(task.task_id)} attempt {task.attempt}"
-        )
-        if task.error_code:
-            self.live.print(f"[red]{task.error_code}: {_escape(task.error_detail or '')}[/red]")
+        for line in _outcome_lines(task):
+            self.live.print(line)
         self.live = None
+        self.done += 1
 
     def released(self, task_id: str) -> None:
         self._after(f"[yellow]released[/yellow] task {short(task_id)}: back in the queue")
@@ -440,39 +683,92 @@ class LiveWorkerDisplay(PlainWorkerLog):
         )
 
     def gave_up(self, task_id: str, reason: str) -> None:
-        from rich.console import Console
+        self.console.print(f"[red]worker_lost[/red] task {short(task_id)}: {_cell(reason)}")
 
-        Console(stderr=True).print(
-            f"[red]worker_lost[/red] task {short(task_id)}: {_escape(reason)}"
-        )
+    def close(self) -> None:
+        self._stop_idle()
+        if self.loop:
+            name = _cell(self.worker_id)
+            self.console.print(f"[dim]worker {name} stopped: {self.done} done[/dim]")
 
     def _after(self, message: str) -> None:
         if self.live:
             self.live.print(message)
 
 
-class LiveWait:
+NO_WORKER_HINT_SECONDS = 5.0
+NO_WORKER_HINT = (
+    "no worker has claimed it for {seconds:.0f} s: start one in another terminal "
+    "with `kb work --loop`"
+)
+
+
+class WaitHint:
+    """`kb status --wait` without a terminal: quiet, except one line on stderr when no
+    worker has claimed the task for a while."""
+
+    def __init__(self) -> None:
+        self._queued_since: float | None = None
+        self._said = False
+
+    def started(self, task: TaskRecord, filename: str, size: int) -> None:
+        pass
+
+    def __call__(self, task: TaskRecord) -> None:
+        seconds = self.unclaimed_for(task)
+        if seconds >= NO_WORKER_HINT_SECONDS and not self._said:
+            self._said = True
+            log(f"waiting for task {task.task_id}: " + NO_WORKER_HINT.format(seconds=seconds))
+
+    def unclaimed_for(self, task: TaskRecord) -> float:
+        """Seconds the task has waited for a claim, 0 once a worker holds it."""
+        if task.status != "queued":
+            self._queued_since = None
+            return 0.0
+        if self._queued_since is None:
+            self._queued_since = time.monotonic()
+        return time.monotonic() - self._queued_since
+
+    def close(self, task: TaskRecord | None = None) -> None:
+        pass
+
+
+class LiveWait(WaitHint):
     """`kb status --wait` on a terminal: the task's stages, read from the database."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.live: LiveStages | None = None
         self.attempt: int | None = None
+        self.download_size = 0
+
+    def started(self, task: TaskRecord, filename: str, size: int) -> None:
+        self.download_size = size
+        self.live = LiveStages()
+        self.live.start(f"[bold]waiting[/bold] for {_task_title(task, filename)}")
 
     def __call__(self, task: TaskRecord) -> None:
-        if self.live is None:
-            self.live = LiveStages(task.task_id)
-            self.live.start(f"[bold]waiting[/bold] for task [cyan]{short(task.task_id)}[/cyan]")
         if self.attempt is not None and task.attempt != self.attempt:
             self.live.reset()
         self.attempt = task.attempt
-        if task.status in ("running", "succeeded", "failed") and task.total:
-            self.live.update(task.stage, task.completed, task.total)
-        elif task.status == "running":
-            self.live.update(task.stage, task.completed, 0)
+        seconds = self.unclaimed_for(task)
+        if seconds >= NO_WORKER_HINT_SECONDS and not self._said:
+            self._said = True
+            self.live.print(f"[yellow]{NO_WORKER_HINT.format(seconds=seconds)}[/yellow]")
+        if task.status in ("queued", "cancelled") and not task.total:
+            return
+        if task.stage != Stage.DOWNLOAD and Stage.DOWNLOAD not in self.live.bars:
+            size = self.download_size
+            self.live.update(Stage.DOWNLOAD, size, size)
+        self.live.update(task.stage, task.completed, task.total, failed=task.status == "failed")
 
-    def close(self) -> None:
-        if self.live:
-            self.live.stop()
+    def close(self, task: TaskRecord | None = None) -> None:
+        if self.live is None:
+            return
+        self.live.stop()
+        if task is not None and task.status != "succeeded":
+            for line in _outcome_lines(task):
+                self.live.print(line)
 
 
 # --- the demo ------------------------------------------------------------------------

@@ -33,6 +33,16 @@ class NotFoundError(KbError):
     code = "not_found"
 
 
+class NoKnowledgeBaseYet(NotFoundError):
+    """A read-only command found no database where it looked, and created none."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "no knowledge base in this home yet: `kb upload FILE` creates one "
+            "(or point --home / KB_HOME / --database-url at an existing one)"
+        )
+
+
 class ConflictError(KbError):
     """The state machine forbids this transition now."""
 
@@ -73,6 +83,13 @@ class BusyError(KbError):
 
     exit_code = 7
     code = "busy"
+
+
+class TaskUnsuccessful(KbError):
+    """`kb status --wait`: the awaited task ended failed or cancelled."""
+
+    exit_code = 8
+    code = "task_unsuccessful"
 
 
 class ProviderUnavailable(KbError):

@@ -1,4 +1,5 @@
-"""The two state machines as data: statuses, stages, error codes and legal transitions."""
+"""The two state machines as data: statuses, stages, error codes and legal transitions;
+and the roles that may drive them."""
 
 from __future__ import annotations
 
@@ -28,6 +29,14 @@ class DocStatus(StrEnum):
     REVIEW_PENDING = "review_pending"
     PUBLISHED = "published"
     FAILED = "failed"
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"
+    EDITOR = "editor"
+    REVIEWER = "reviewer"
+    WORKER = "worker"
+    ADMIN = "admin"
 
 
 class ErrorCode(StrEnum):

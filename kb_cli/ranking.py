@@ -4,10 +4,18 @@ one hit per document."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+class SearchMode(StrEnum):
+    HYBRID = "hybrid"  # both rankings, fused
+    LEXICAL = "lexical"  # words: BM25
+    VECTOR = "vector"  # meaning: embedding similarity
+
 
 RRF_K = 60  # the constant of Cormack et al.; damps the weight of the very first ranks
 

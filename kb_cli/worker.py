@@ -55,7 +55,7 @@ class WorkerOptions:
 class WorkerListener(Protocol):
     """What the worker tells its display. Every method is optional to act on."""
 
-    def claimed(self, task: TaskRecord, reclaimed_from: str | None) -> None: ...
+    def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None: ...
     def missed(self, task_id: str | None) -> None: ...
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None: ...
     def finished(self, task: TaskRecord) -> None: ...
@@ -65,7 +65,7 @@ class WorkerListener(Protocol):
 
 
 class SilentListener:
-    def claimed(self, task, reclaimed_from):
+    def claimed(self, task, filename, reclaimed_from):
         pass
 
     def missed(self, task_id):
@@ -211,7 +211,8 @@ class Worker:
         for lost_task_id, reason in given_up:
             self.listener.gave_up(lost_task_id, reason)
         if claim is not None:
-            self.listener.claimed(TaskRecord.from_row(claim.task), claim.reclaimed_from)
+            filename = claim.document.filename if claim.document else "(no document)"
+            self.listener.claimed(TaskRecord.from_row(claim.task), filename, claim.reclaimed_from)
         return claim
 
     def _candidate(self, conn: Connection, task_id: str | None, now: str) -> Row | None:

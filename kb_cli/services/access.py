@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, ForbiddenError, KbError, UsageError
+from kb_cli.lifecycle import Role
 from kb_cli.services.context import Kb, resolve_id
 from kb_cli.transitions import audit_event
 
@@ -20,13 +21,13 @@ VIEWER = frozenset({"status", "search", "eval", "history"})
 EDITOR = VIEWER | {"upload", "submit", "cancel", "retry"}
 REVIEWER = EDITOR | {"publish"}
 ROLE_COMMANDS: dict[str, frozenset[str] | None] = {
-    "viewer": VIEWER,
-    "editor": EDITOR,
-    "reviewer": REVIEWER,
-    "worker": frozenset({"status", "work"}),
-    "admin": None,  # everything: user, doctor, reindex, db, demo
+    Role.VIEWER: VIEWER,
+    Role.EDITOR: EDITOR,
+    Role.REVIEWER: REVIEWER,
+    Role.WORKER: frozenset({"status", "work"}),
+    Role.ADMIN: None,  # everything: user, doctor, reindex, db, demo
 }
-ROLES = tuple(ROLE_COMMANDS)
+ROLES = tuple(Role)
 
 
 def may(role: str, command: str) -> bool:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import getpass
 from dataclasses import dataclass
+from pathlib import Path
 
 from kb_cli import queries
 from kb_cli.config import Settings
 from kb_cli.db import Connection, Database
 from kb_cli.embeddings import Embedder, make_embedder
-from kb_cli.errors import InvalidInputError, NotFoundError, UsageError
+from kb_cli.errors import InvalidInputError, NoKnowledgeBaseYet, NotFoundError, UsageError
+from kb_cli.queries import MIN_PREFIX
 from kb_cli.store import FileObjectStore
 
 
@@ -30,18 +32,35 @@ class Kb:
         return make_embedder(self.settings.embeddings)
 
     @classmethod
-    def open(cls, settings: Settings, actor: str | None = None) -> Kb:
-        """Connect, creating the home directory and the schema on first use."""
+    def open(cls, settings: Settings, actor: str | None = None, create: bool = True) -> Kb:
+        """Connect, creating the home directory and the schema on first use; a read-only
+        command (`create=False`) creates nothing and says that there is nothing yet."""
         if settings.database_url.startswith("sqlite"):
-            try:
-                settings.home.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                raise UsageError("the kb home is not a directory (--home / KB_HOME)") from None
-            except OSError as error:
-                raise UsageError(f"cannot create the kb home: {error.strerror}") from None
+            _prepare_sqlite_home(settings, create)
         db = Database(settings.database_url, settings.busy_timeout_seconds)
         db.ensure_schema()
         return cls(settings, db, FileObjectStore(settings.object_store), actor or _login())
+
+
+def _prepare_sqlite_home(settings: Settings, create: bool) -> None:
+    from kb_cli.engines.sqlite import database_path
+
+    home = settings.home
+    if home.exists() and not home.is_dir():
+        raise UsageError("the kb home is not a directory (--home / KB_HOME)")
+    database = Path(database_path(settings.database_url))
+    if create:
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UsageError(f"cannot create the kb home: {error.strerror}") from None
+    elif not database.exists():
+        if not database.parent.is_dir() and database.parent.resolve() != home.resolve():
+            raise UsageError(
+                "cannot open the SQLite database file: its directory does not exist "
+                "(check --database-url / DATABASE_URL)"
+            )
+        raise NoKnowledgeBaseYet()
 
 
 def _login() -> str:
@@ -63,7 +82,8 @@ def resolve_id(conn: Connection, ref: str, *kinds: str) -> tuple[str, str]:
         raise InvalidInputError(f"id prefix {ref!r} is ambiguous; give more characters")
     if not matches:
         noun = " or ".join(kind.rstrip("s") for kind in kinds)
-        raise NotFoundError(f"no {noun} with id {ref!r}")
+        hint = f": a prefix needs at least {MIN_PREFIX} characters" if len(ref) < MIN_PREFIX else ""
+        raise NotFoundError(f"no {noun} with id {ref!r}{hint}")
     return matches[0]
 
 

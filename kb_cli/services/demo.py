@@ -234,16 +234,25 @@ class _Demo:
         raise InternalError("the demo task never started running")
 
     def _replace_and_retry(self, outcome: DocumentOutcome) -> None:
-        fixed = self.home / "repaired.pdf"
+        # The fixed file keeps its name, as when a person repairs a file and uploads it
+        # again: search and the summary then name the same document.
+        fixed = self.home / "repaired" / outcome.filename
+        fixed.parent.mkdir()
         shutil.copyfile(samples_dir() / REPLACEMENT, fixed)
-        documents.replace_file(self.kb, fixed, outcome.document_id)
+        replaced = documents.replace_file(self.kb, fixed, outcome.document_id)
         retried = tasks.retry_task(self.kb, outcome.task_id)
         self.emit(
             DemoEvent(
                 "retry",
-                f"{outcome.filename}: replaced with a repaired file and retried "
-                f"(same task, attempt {retried.attempt})",
-                {"filename": outcome.filename, "task_id": outcome.task_id},
+                f"{outcome.filename}: replaced with a repaired copy (revision "
+                f"{replaced.revision}) and retried: the same task, queued again after "
+                f"attempt {retried.attempt}",
+                {
+                    "filename": outcome.filename,
+                    "task_id": outcome.task_id,
+                    "revision": replaced.revision,
+                    "attempt": retried.attempt,
+                },
             )
         )
         outcome.notes.append("replaced and retried")

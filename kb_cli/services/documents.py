@@ -269,13 +269,24 @@ def _submit(conn: Connection, actor: str, document_id: str) -> str:
     return task_id
 
 
+# What a person can do next with a document in each status, for refusals.
+NEXT_STEP = {
+    DocStatus.DRAFT: "submit it first: kb submit {id}",
+    DocStatus.PROCESSING: "its task has not ended: kb status {id} --wait (or kb cancel {id})",
+    DocStatus.REVIEW_PENDING: "it waits for review: kb publish {id}",
+    DocStatus.PUBLISHED: "it is published; to change it: kb upload FILE --replace {id}",
+    DocStatus.FAILED: "fix the cause (kb upload FILE --replace {id}), then: kb retry {id}",
+}
+
+
 def _require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None:
     if document is None:
         raise NotFoundError("no document with that id")
     if document.status not in allowed:
         wanted = " or ".join(allowed)
+        hint = NEXT_STEP[DocStatus(document.status)].format(id=document.id)
         raise ConflictError(
-            f"cannot {verb} document {document.id}: it is {document.status}, not {wanted}"
+            f"cannot {verb} document {document.id}: it is {document.status}, not {wanted}; {hint}"
         )
 
 

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from kb_cli import queries
 from kb_cli.embeddings import from_blobs
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
-from kb_cli.ranking import Scored, best_per_document, fuse, single, top_similar
+from kb_cli.ranking import Scored, SearchMode, best_per_document, fuse, single, top_similar
 from kb_cli.records import SearchHit
 from kb_cli.services.context import Kb
 from kb_cli.textsearch import Query, parse_query, snippet
 
-MODES = ("hybrid", "lexical", "vector")
+MODES = tuple(SearchMode)
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from typing import Protocol
 
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
@@ -17,7 +17,7 @@ from kb_cli.lifecycle import (
     TaskStatus,
 )
 from kb_cli.records import DocumentRecord, TaskRecord
-from kb_cli.services.context import Kb, resolve_id, resolve_task_id
+from kb_cli.services.context import Kb, resolve_id
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import move_document, move_task, requeue_task
 
@@ -33,23 +33,30 @@ def get_record(kb: Kb, ref: str) -> DocumentRecord | TaskRecord:
         return document_record(conn, entity_id)
 
 
+class WaitWatcher(Protocol):
+    """Sees a waited-for task: once with its file, then at every poll."""
+
+    def started(self, task: TaskRecord, filename: str, size: int) -> None: ...
+    def __call__(self, task: TaskRecord) -> None: ...
+
+
 def wait_for_task(
-    kb: Kb,
-    ref: str,
-    timeout: float | None = None,
-    on_change: Callable[[TaskRecord], None] | None = None,
+    kb: Kb, ref: str, timeout: float | None = None, watcher: WaitWatcher | None = None
 ) -> TaskRecord:
-    """Poll the database until the task ends; every change is passed to `on_change`."""
+    """Poll the database until the task (or the document's latest task) ends."""
     with kb.db.read() as conn:
         task_id = _task_id_for(conn, ref)
+        task = TaskRecord.from_row(queries.get_task(conn, task_id))
+        document = queries.get_document(conn, task.document_id)
+    if watcher is not None:
+        name, size = (document.filename, document.size_bytes) if document else ("?", 0)
+        watcher.started(task, name, size)
     deadline = None if timeout is None else time.monotonic() + timeout
-    last = None
     while True:
         with kb.db.read() as conn:
             record = TaskRecord.from_row(queries.get_task(conn, task_id))
-        if record != last and on_change is not None:
-            on_change(record)
-        last = record
+        if watcher is not None:
+            watcher(record)
         if record.status in TERMINAL_TASK_STATUSES:
             return record
         if deadline is not None and time.monotonic() >= deadline:
@@ -67,13 +74,17 @@ class WaitTimeout(BusyError):
         self.record = record
 
 
-def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
-    """queued/running/retry_wait -> cancelled; the document goes back to draft."""
+def cancel_task(kb: Kb, ref: str) -> TaskRecord:
+    """queued/running/retry_wait -> cancelled; the document goes back to draft. A
+    document id stands for its latest task."""
     with kb.db.write() as conn:
-        task_id = resolve_task_id(conn, task_ref)
+        task_id = _task_id_for(conn, ref)
         task = queries.get_task(conn, task_id, lock=True)
         if task.status not in CANCELLABLE:
-            raise ConflictError(f"cannot cancel task {task_id}: it is {task.status}")
+            raise ConflictError(
+                f"cannot cancel task {task_id}: it is {task.status}; only queued, running "
+                "or retry_wait tasks can be cancelled"
+            )
         now = utcnow()
         move_task(
             conn,
@@ -143,10 +154,14 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
     if task.status not in RETRYABLE_TASK or document.status not in RETRYABLE_DOC:
         raise ConflictError(
             f"cannot retry task {task_id}: task is {task.status} and document is "
-            f"{document.status}; only failed tasks of failed documents can be retried"
+            f"{document.status}; only failed tasks of failed documents can be retried "
+            f"(kb status {document.id} shows where it stands)"
         )
     if document.latest_task_id != task_id:
-        raise ConflictError(f"task {task_id} is not the latest task of its document")
+        raise ConflictError(
+            f"task {task_id} is not the latest task of its document: "
+            f"kb retry {document.id} retries the latest"
+        )
     now = utcnow()
     requeue_task(
         conn,
