@@ -311,15 +311,15 @@ def _wait(kb, entity_id: str, timeout: float | None, json_out: bool) -> None:
     if watcher:
         watcher.close(record)
     console.print_records([record], json_out)
+    task = console.short(record.task_id)
     if record.status == "failed":
         raise TaskUnsuccessful(
-            f"task {record.task_id} failed at {record.stage} with {record.error_code}: "
-            f"fix the cause, then `kb retry {record.task_id}`"
+            f"task {task} failed with {record.error_code}; after a fix: kb retry {task}"
         )
     if record.status == "cancelled":
         raise TaskUnsuccessful(
-            f"task {record.task_id} was cancelled: its document is a draft again "
-            f"(`kb submit {record.document_id}` to process it)"
+            f"task {task} was cancelled; kb submit {console.short(record.document_id)} "
+            "processes its document again"
         )
 
 

@@ -218,10 +218,13 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def _print_on_terminal(records: list[Any]) -> bool:
     kinds = {type(record) for record in records}
     if kinds == {AuditRecord}:
-        _console().print(_history_table(records))
+        _print_history(records)
     elif kinds == {DocumentRecord}:
-        _console().print(
-            _document_panel(records[0]) if len(records) == 1 else _document_table(records)
+        console = _console()
+        console.print(
+            _document_panel(records[0])
+            if len(records) == 1
+            else _document_table(records, console.width)
         )
     elif kinds == {TaskRecord}:
         _console().print(_task_panel(records[0]) if len(records) == 1 else _task_table(records))
@@ -301,31 +304,47 @@ def _table(title: str):
     )
 
 
-def _document_table(records: list[DocumentRecord], width: int | None = None):
-    """Short id, file, document status and the latest task: at 80 columns the task's
-    status, stage, progress and error share one column and the file is cut to fit;
-    from WIDE columns on, each has its own."""
-    wide = (width or _console().width) >= WIDE
-    table = _table(f"{len(records)} documents, newest first")
-    table.add_column("id", no_wrap=True)
-    table.add_column("file", no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
-    table.add_column("document", no_wrap=True)
-    names = ("task", "stage", "progress", "attempt", "error") if wide else ("task",)
-    for name in names:
-        table.add_column(name, no_wrap=True)
-    table.add_column("age", no_wrap=True, justify="right")
+def _document_table(records: list[DocumentRecord], width: int):
+    """Short id, file, document status and the latest task: below WIDE columns the
+    task's status, stage, progress and error share one column; the file takes the room
+    that is left and is cut to fit, never wrapped."""
+    wide = width >= WIDE
     now = datetime.now(UTC)
+    rows = []
     for document in records:
         task = document.latest_task
         cells = _task_cells(task) if wide else [_task_summary(task)]
-        table.add_row(
-            short(document.document_id),
-            _cell(document.filename),
-            _styled(document.status),
-            *cells,
-            _age(document.created_at, now),
+        rows.append(
+            [
+                short(document.document_id),
+                _cell(document.filename),
+                _styled(document.status),
+                *cells,
+                _age(document.created_at, now),
+            ]
         )
+    names = ["id", "file", "document"]
+    names += ["task", "stage", "progress", "attempt", "error"] if wide else ["task"]
+    names.append("age")
+    table = _table(f"{len(records)} documents, newest first")
+    widths = [
+        max([len(name)] + [_cell_width(row[i]) for row in rows]) for i, name in enumerate(names)
+    ]
+    room = width - (sum(widths) - widths[1]) - 3 * len(names)
+    for name in names:
+        if name == "file":
+            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=max(room, 8))
+        else:
+            table.add_column(name, no_wrap=True, justify="right" if name == "age" else "left")
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+def _cell_width(markup: str) -> int:
+    from rich.text import Text
+
+    return Text.from_markup(markup).cell_len
 
 
 def _task_cells(task: TaskRecord | None) -> list[str]:
@@ -368,25 +387,26 @@ def _task_table(records: list[TaskRecord]):
     return table
 
 
-def _history_table(events: list[AuditRecord]):
-    table = _table(f"{len(events)} events, oldest first")
-    table.add_column("at", no_wrap=True)
-    table.add_column("actor", no_wrap=True, overflow="ellipsis", max_width=16)
-    table.add_column("action", no_wrap=True)
-    table.add_column("of", no_wrap=True)
-    table.add_column("change", no_wrap=True)
-    table.add_column("detail", overflow="fold", ratio=1)
+def _print_history(events: list[AuditRecord]) -> None:
+    """One line per event (time, actor, action, entity, change), and its detail after
+    it on the same line when it fits, else on the next line, indented."""
+    from rich.cells import cell_len
+
+    console = _console()
+    console.print(f"{len(events)} events, oldest first", style="bold")
     for event in events:
         change = f"{event.from_status or '-'} → {event.to_status or '-'}"
-        table.add_row(
-            event.at[:19].replace("T", " "),
-            _cell(event.actor),
-            event.action,
-            short(event.entity_id),
-            change,
-            _cell(event.detail or ""),
+        head = (
+            f"{event.at[:19].replace('T', ' ')}  {event.actor[:16]:<8}  {event.action:<9} "
+            f"{short(event.entity_id)}  {change}"
         )
-    return table
+        detail = event.detail or ""
+        line = f"{_cell(head)}"
+        if detail and cell_len(head) + 2 + cell_len(detail) <= console.width:
+            line += f"  [dim]{_cell(detail)}[/dim]"
+        elif detail:
+            line += f"\n    [dim]{_cell(detail)}[/dim]"
+        console.print(line, overflow="fold")
 
 
 def print_document_table(records: list[DocumentRecord], footer: str = "") -> None:
@@ -774,32 +794,43 @@ class LiveWait(WaitHint):
 # --- the demo ------------------------------------------------------------------------
 
 
+_DEMO_STYLES = {
+    "race": "cyan",
+    "cancel": "yellow",
+    "retry": "magenta",
+    "publish": "green",
+    "search": "blue",
+    "done": "bold green",
+}
+
+
 class DemoLog:
-    """Each demo step as one line: coloured on a terminal, plain otherwise."""
+    """Each demo step as one line: coloured on a terminal (wrapped lines stay aligned
+    under the message), plain otherwise."""
 
     def __init__(self) -> None:
         self.fancy = is_fancy(sys.stdout)
         if self.fancy:
-            from rich.console import Console
-
-            self.console = Console()
+            self.console = _console()
 
     def __call__(self, event: Any) -> None:
         if not self.fancy:
             emit(f"{event.step}: {event.message}")
             sys.stdout.flush()
             return
-        from rich.markup import escape
+        style = _DEMO_STYLES.get(event.step, "white")
+        self.console.print(_indented(f"[{style}]{event.step:>8}[/{style}]", _cell(event.message)))
 
-        style = {
-            "race": "cyan",
-            "cancel": "yellow",
-            "retry": "magenta",
-            "publish": "green",
-            "search": "blue",
-            "done": "bold green",
-        }.get(event.step, "white")
-        self.console.print(f"[{style}]{event.step:>8}[/{style}]  {escape(event.message)}")
+
+def _indented(label: str, text: str):
+    """`label  text`, the text wrapping under itself rather than under the label."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(label, text)
+    return grid
 
 
 def print_demo_summary(outcomes: list[Any]) -> None:
@@ -812,20 +843,32 @@ def print_demo_summary(outcomes: list[Any]) -> None:
                 f"claimed_by={','.join(o.won_by) or '-'} outcome={'; '.join(o.notes)}"
             )
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="kb demo: what happened", title_justify="left")
-    for column in ("file", "document", "task", "attempt", "error", "claimed by", "outcome"):
-        table.add_column(column)
+    console = _console()
+    console.print("\n[bold]kb demo: what happened to each file[/bold]")
+    name_width = min(max(cell_len_of(o.filename) for o in outcomes), 28)
     for o in outcomes:
-        table.add_row(
-            o.filename,
-            _styled(o.status),
-            _styled(o.task_status),
-            str(o.attempt),
-            f"[red]{o.error_code}[/red]" if o.error_code else "",
-            ", ".join(o.won_by),
-            "; ".join(o.notes),
+        error = f" [red]{o.error_code}[/red]" if o.error_code else ""
+        name = _cell(_cut(o.filename, name_width))
+        padding = " " * (name_width - cell_len_of(_cut(o.filename, name_width)))
+        status_padding = " " * (len("review_pending") - len(o.status))
+        console.print(
+            f"[bold]{name}[/bold]{padding}  {_styled(o.status)}{status_padding}  task "
+            f"{_styled(o.task_status)}{error}, attempt {o.attempt}"
         )
-    Console().print(table)
+        story = " → ".join(o.notes)
+        claimed = f" (claimed by {' then '.join(o.won_by)})" if o.won_by else ""
+        console.print(_indented("  ", f"[dim]{_cell(story + claimed)}[/dim]"))
+
+
+def cell_len_of(text: str) -> int:
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def _cut(text: str, width: int) -> str:
+    from rich.text import Text
+
+    cut = Text(text)
+    cut.truncate(width, overflow="ellipsis")
+    return cut.plain

@@ -154,6 +154,10 @@ class _Demo:
             for k, v in os.environ.items()
             if k not in ("KB_TOKEN", "DATABASE_URL", "OBJECT_STORE_ROOT", "KB_HOME")
         }
+        if env.pop("PYTHONDONTWRITEBYTECODE", None):
+            # Without bytecode, each of the demo's dozen workers would compile all its
+            # imports again; they share compiled files in the demo's own home instead.
+            env["PYTHONPYCACHEPREFIX"] = str(self.home / "pycache")
         command = [
             sys.executable,
             "-m",

@@ -56,7 +56,13 @@ def doctor_is_clean() -> None:
     assert report.ok, report.problems
 
 
-@pytest.mark.parametrize("stage", STAGES)
+# One stage runs by default; every stage with `-m slow` (as .ci/run does).
+EVERY_STAGE_SLOW = [
+    stage if stage == "parse" else pytest.param(stage, marks=pytest.mark.slow) for stage in STAGES
+]
+
+
+@pytest.mark.parametrize("stage", EVERY_STAGE_SLOW)
 def test_killed_worker_is_reclaimed_after_its_lease(tmp_path, kb_home, stage):
     task = submit_text(tmp_path)
     victim = start_kb(
@@ -85,6 +91,7 @@ def test_killed_worker_is_reclaimed_after_its_lease(tmp_path, kb_home, stage):
     doctor_is_clean()
 
 
+@pytest.mark.slow
 def test_worker_lost_too_often_ends_failed(tmp_path, kb_home):
     task = submit_text(tmp_path)
     for attempt in (1, 2):
@@ -104,6 +111,7 @@ def test_worker_lost_too_often_ends_failed(tmp_path, kb_home):
     doctor_is_clean()
 
 
+@pytest.mark.slow
 def test_a_stopped_worker_whose_lease_was_stolen_writes_nothing(tmp_path, kb_home):
     task = submit_text(tmp_path, paragraphs=6)
     sleeper = start_kb(
@@ -131,8 +139,10 @@ def test_a_stopped_worker_whose_lease_was_stolen_writes_nothing(tmp_path, kb_hom
     doctor_is_clean()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
+)
+@pytest.mark.parametrize("stage", EVERY_STAGE_SLOW)
 def test_signal_releases_the_task_cleanly(tmp_path, kb_home, stage, signum):
     task = submit_text(tmp_path)
     worker = start_kb("work", "--worker-id", "polite", "--stage-delay", "0.15")
@@ -196,6 +206,7 @@ def test_damaged_pdf_fails_once_without_automatic_retry(tmp_path, kb_home):
     assert task_row(kb_home, task["task_id"])["attempt"] == 1
 
 
+@pytest.mark.slow
 def test_eight_workers_drain_many_documents_exactly_once(tmp_path, kb_home):
     count = 1000 if ON_POSTGRES else 300
     paths = []
@@ -310,6 +321,7 @@ def test_a_connection_interrupted_while_rolling_back_is_not_reused(kb, tmp_path,
         assert conn.execute("SELECT filename FROM documents").scalars() == [doc.filename]
 
 
+@pytest.mark.slow
 def test_two_workers_reclaiming_the_same_task_by_name_only_one_wins(tmp_path, kb_home):
     task = submit_text(tmp_path)
     victim = start_kb(

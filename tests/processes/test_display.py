@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
@@ -29,12 +32,15 @@ def terminal_env() -> dict[str, str]:
 def run_in_terminal(*args: str, timeout: float = 60, **env: str) -> tuple[int, str]:
     """Run `kb` with stdin, stdout and stderr on a pseudo-terminal; return the screen text."""
     leader, follower = pty.openpty()
+    env = {**terminal_env(), **env}
+    size = struct.pack("HHHH", int(env["LINES"]), int(env["COLUMNS"]), 0, 0)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, size)
     process = subprocess.Popen(
         [sys.executable, "-m", "kb_cli", *args],
         stdin=follower,
         stdout=follower,
         stderr=follower,
-        env={**terminal_env(), **env},
+        env=env,
         close_fds=True,
     )
     os.close(follower)

@@ -6,10 +6,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO, kb_env, sqlite_only
 
 
 @sqlite_only  # the benchmarks build SQLite databases of their own
+@pytest.mark.slow
 def test_benchmarks_run_on_tiny_sizes(tmp_path):
     output = tmp_path / "bench.json"
     done = subprocess.run(

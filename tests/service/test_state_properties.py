@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -204,10 +205,17 @@ class Lifecycle(RuleBasedStateMachine):
             action(self.kb, *args)
 
 
-Lifecycle.TestCase.settings = settings(
-    max_examples=100,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-test_lifecycle_invariants = Lifecycle.TestCase
+HYPOTHESIS = {
+    "stateful_step_count": 30,
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+}
+
+
+class TestLifecycleInvariants(Lifecycle.TestCase):
+    settings = settings(max_examples=25, **HYPOTHESIS)
+
+
+@pytest.mark.slow
+class TestLifecycleInvariantsAtFullSize(Lifecycle.TestCase):
+    settings = settings(max_examples=200, **HYPOTHESIS)

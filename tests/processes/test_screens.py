@@ -1,0 +1,149 @@
+"""Every screen a person reads, captured on a pseudo-terminal at 80 and 200 columns:
+no row wrapped, no UUID cut, the file named, failures in red."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from rich.cells import cell_len
+
+from tests.conftest import run_kb, start_kb
+from tests.processes.test_display import ANSI, run_in_terminal, terminal_env
+
+WIDTHS = (80, 200)
+LONG_NAME = "Quarterly report for the board of directors, final version 2026.md"
+CHINESE_NAME = "员工手册（二零二六年版）.md"
+
+
+def lines_of(screen: str) -> list[str]:
+    """The lines drawn; a live display redraws a line after a carriage return."""
+    return [part for line in ANSI.sub("", screen).split("\n") for part in line.split("\r")]
+
+
+def assert_fits(screen: str, columns: int) -> list[str]:
+    lines = lines_of(screen)
+    too_wide = [line for line in lines if cell_len(line) > columns]
+    assert not too_wide, too_wide
+    return lines
+
+
+def upload(tmp_path, name: str, text: str = "# Title\n\nSome words to index.\n", *flags: str):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return run_kb("upload", str(path), *flags, "--json").record
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_status_table_keeps_one_row_per_document(tmp_path, columns):
+    ids = [upload(tmp_path, name, "# T\n\ntext\n")["document_id"] for name in ("a.md",)]
+    ids.append(upload(tmp_path, LONG_NAME, "# T\n\ntext\n", "--submit")["document_id"])
+    ids.append(upload(tmp_path, CHINESE_NAME, "# 标题\n\n正文。\n")["document_id"])
+    code, screen = run_in_terminal("status", COLUMNS=str(columns))
+    assert code == 0
+    lines = assert_fits(screen, columns)
+    for document_id in ids:
+        [row] = [line for line in lines if document_id[:8] in line]  # one row, never two
+        assert "processing" in row or "draft" in row
+    [long_row] = [line for line in lines if ids[1][:8] in line]
+    assert "Quarterly report" in long_row and "queued" in long_row
+    if columns >= 200:
+        assert LONG_NAME in long_row  # room enough: nothing cut
+    else:
+        assert "…" in long_row  # cut, not wrapped
+    [chinese_row] = [line for line in lines if ids[2][:8] in line]
+    assert "员工手册" in chinese_row
+    widths = {cell_len(line) for line in lines if any(i[:8] in line for i in ids)}
+    assert len(widths) == 1  # rows of Chinese and Latin names align
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_single_records_are_panels_with_whole_ids(tmp_path, columns):
+    task = upload(tmp_path, LONG_NAME, "# T\n\ntext\n", "--submit")
+    for ref, title in ((task["task_id"], "task"), (task["document_id"], "document")):
+        code, screen = run_in_terminal("status", ref, COLUMNS=str(columns))
+        assert code == 0
+        lines = assert_fits(screen, columns)
+        assert any(f"{title} {ref}" in line for line in lines), screen
+        assert "status=" not in screen  # not the key=value lines meant for pipes
+    code, screen = run_in_terminal("history", task["document_id"], COLUMNS=str(columns))
+    lines = assert_fits(screen, columns)
+    assert code == 0 and any("submit" in line and "draft → processing" in line for line in lines)
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_worker_screen_names_the_file_and_does_not_repeat_the_record(tmp_path, columns):
+    upload(tmp_path, CHINESE_NAME, "# 标题\n\n正文。\n", "--submit")
+    code, screen = run_in_terminal("work", "--worker-id", "A", COLUMNS=str(columns))
+    assert code == 0
+    text = ANSI.sub("", screen)
+    assert "claimed" in text and "员工手册" in text and "rev 1" in text and "succeeded" in text
+    assert "status=succeeded" not in text and "document=" not in text
+    assert_fits(screen, columns)
+
+
+def test_idle_loop_worker_keeps_one_status_line(tmp_path):
+    leader, follower = os.openpty()
+    env = {**terminal_env(), "COLUMNS": "80"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "kb_cli", "work", "--loop", "--poll-seconds", "0.05"],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    time.sleep(2.5)  # some 40 polls
+    worker.send_signal(signal.SIGINT)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert worker.wait(timeout=10) == 0
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert "no claimable task" not in screen
+    assert "waiting for tasks since" in ANSI.sub("", screen)
+    assert "stopped: 0 done" in ANSI.sub("", screen)
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_wait_on_a_failing_task_shows_the_failure_and_exits_8(tmp_path, columns):
+    path = tmp_path / "broken.pdf"
+    path.write_bytes(b"%PDF-1.4 broken")
+    task = run_kb("upload", str(path), "--submit", "--json").record
+    worker = start_kb("work", "--stage-delay", "0.2")
+    code, screen = run_in_terminal("status", task["task_id"], "--wait", COLUMNS=str(columns))
+    worker.communicate(timeout=60)
+    assert code == 8
+    text = ANSI.sub("", screen)
+    assert "broken.pdf" in text and "✗ parse" in text
+    assert "parse_error at parse" in text and "\x1b[31m" in screen  # red
+    assert "kb retry" in text  # what to do next
+    assert_fits(screen, columns)
+
+
+def test_no_hits_say_so_on_a_terminal(tmp_path):
+    upload(tmp_path, "a.md", "# T\n\nzebras everywhere\n", "--submit")
+    run_kb("work")
+    code, screen = run_in_terminal("search", "zebras", COLUMNS="80")
+    assert code == 0
+    assert "no hits" in screen and "published" in screen  # the draft is not served
+
+
+@pytest.mark.parametrize("columns", [80])
+def test_demo_summary_fits(columns):
+    code, screen = run_in_terminal("demo", COLUMNS=str(columns), timeout=120)
+    assert code == 0
+    lines = assert_fits(screen, columns)
+    for name in ("damaged.pdf", "faq.txt", "handbook.pdf"):
+        assert any(line.lstrip("│ ").startswith(name) for line in lines), name
