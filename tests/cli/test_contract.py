@@ -1,4 +1,5 @@
-"""Black-box acceptance tests written only from the CLI contract (cli-contract.md, sections 1-6).
+"""Black-box acceptance tests written only from the documented interface (README: commands,
+records, exit codes, the two state machines).
 
 Every test drives the real `kb` program as a subprocess, the way an external CI
 script would: it looks only at exit codes, stdout, stderr and the files that the

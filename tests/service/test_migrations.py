@@ -57,7 +57,7 @@ def test_a_first_revision_database_is_upgraded():
 
 
 def test_a_newer_schema_is_refused_with_a_clear_error():
-    run_kb("status")
+    assert run_kb("db", "upgrade").code == 0
     settings = resolve_settings()
     database = Database(settings.database_url, settings.busy_timeout_seconds)
     with database.write() as conn:
