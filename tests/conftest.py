@@ -181,6 +181,32 @@ def run_kb(
     return Result(done.returncode, done.stdout, done.stderr)
 
 
+def run_in_process(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Run the real CLI entry point in this process, with exactly `env` as the
+    environment; as a subprocess would, but without paying Python's start-up."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    saved_env = dict(os.environ)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(env or saved_env)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main(list(args))
+                code = 0
+            except SystemExit as done:
+                code = done.code
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def cli():
     return run_kb

@@ -1,9 +1,11 @@
 """Black-box acceptance tests written only from the documented interface (README: commands,
 records, exit codes, the two state machines).
 
-Every test drives the real `kb` program as a subprocess, the way an external CI
-script would: it looks only at exit codes, stdout, stderr and the files that the
-contract says exist (`<home>/kb.sqlite3`, `<home>/objects`).
+Every test drives the real `kb` entry point with a given argv and environment, the way
+an external CI script would, and looks only at exit codes, stdout, stderr and the files
+that are documented to exist (`<home>/kb.sqlite3`, `<home>/objects`). Most commands
+run in this process (a fresh environment each time, no Python start-up to pay);
+concurrent workers, waits and races run as real `kb` processes.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from tests.conftest import (
     STRIPPED,
     Result,
     kb_env,
-    run_kb,
+    run_in_process,
     sqlite_only,
     start_kb,
 )
@@ -111,10 +113,9 @@ def kb(
     *args: str | Path,
     expect: int | None = 0,
     env: dict[str, str] | None = None,
-    timeout: float = 60,
 ) -> Result:
     argv = tuple(str(a) for a in args)
-    result = run_kb(*argv, env=env, timeout=timeout)
+    result = run_in_process(*argv, env=env)
     check_output_hygiene(argv, result)
     if expect is not None:
         assert result.code == expect, (
@@ -165,9 +166,13 @@ def run_table(
     commands: dict[str, list[str]],
     env: dict[str, str] | None = None,
 ) -> dict[str, Result]:
-    """Run independent commands concurrently (each with --json); results by name."""
-    procs = {name: (args, kb_proc(*args, "--json", env=env)) for name, args in commands.items()}
-    return {name: finish(proc, (*args, "--json")) for name, (args, proc) in procs.items()}
+    """Run independent commands (each with --json); results by name."""
+    results = {}
+    for name, args in commands.items():
+        argv = tuple(str(a) for a in (*args, "--json"))
+        results[name] = run_in_process(*argv, env=env)
+        check_output_hygiene(argv, results[name])
+    return results
 
 
 def kb_proc(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.Popen:
