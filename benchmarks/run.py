@@ -591,7 +591,7 @@ def cli_latency(work: Path, sizes: Sizes) -> list[Row]:
 
 def fill_documents(home: Path, count: int) -> None:
     """Documents with a latest task each, written straight into a fresh kb database."""
-    kb(home, "status")  # creates the schema
+    kb(home, "db", "upgrade")  # creates the schema
     conn = sqlite3.connect(home / "kb.sqlite3")
     now = "2026-01-01T00:00:00.000000Z"
     docs, tasks = [], []
@@ -776,7 +776,7 @@ def fill_chunks(home: Path, count: int) -> None:
     from kb_cli.embeddings.local import MODEL_NAME
     from kb_cli.textsearch import count_words, index_terms
 
-    kb(home, "status")
+    kb(home, "db", "upgrade")  # creates the schema
     conn = sqlite3.connect(home / "kb.sqlite3")
     chinese = "知识库入库流程审核发布检索错误码文档上传草稿任务解析切分索引"
     per_doc = 50
