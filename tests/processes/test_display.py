@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -29,8 +30,11 @@ def terminal_env() -> dict[str, str]:
     return env
 
 
-def run_in_terminal(*args: str, timeout: float = 60, **env: str) -> tuple[int, str]:
-    """Run `kb` with stdin, stdout and stderr on a pseudo-terminal; return the screen text."""
+def run_in_terminal(
+    *args: str, timeout: float = 60, interrupt_on: str | None = None, **env: str
+) -> tuple[int, str]:
+    """Run `kb` with stdin, stdout and stderr on a pseudo-terminal; return the screen text.
+    A command that runs until stopped gets Ctrl-C a second after `interrupt_on` was drawn."""
     leader, follower = pty.openpty()
     env = {**terminal_env(), **env}
     size = struct.pack("HHHH", int(env["LINES"]), int(env["COLUMNS"]), 0, 0)
@@ -46,7 +50,13 @@ def run_in_terminal(*args: str, timeout: float = 60, **env: str) -> tuple[int, s
     os.close(follower)
     chunks = []
     deadline = time.monotonic() + timeout
+    interrupt_at = None
     while time.monotonic() < deadline:
+        if interrupt_on and interrupt_on.encode() in b"".join(chunks):
+            interrupt_on, interrupt_at = None, time.monotonic() + 1.0
+        if interrupt_at and time.monotonic() >= interrupt_at:
+            process.send_signal(signal.SIGINT)
+            interrupt_at = None
         ready, _, _ = select.select([leader], [], [], 0.1)
         if ready:
             try:

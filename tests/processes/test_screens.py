@@ -3,17 +3,11 @@ no row wrapped, no UUID cut, the file named, failures in red."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-
 import pytest
 from rich.cells import cell_len
 
 from tests.conftest import run_kb, start_kb
-from tests.processes.test_display import ANSI, run_in_terminal, terminal_env
+from tests.processes.test_display import ANSI, run_in_terminal
 
 WIDTHS = (80, 200)
 LONG_NAME = "Quarterly report for the board of directors, final version 2026.md"
@@ -87,33 +81,14 @@ def test_worker_screen_names_the_file_and_does_not_repeat_the_record(tmp_path, c
 
 
 def test_idle_loop_worker_keeps_one_status_line(tmp_path):
-    leader, follower = os.openpty()
-    env = {**terminal_env(), "COLUMNS": "80"}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "kb_cli", "work", "--loop", "--poll-seconds", "0.05"],
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=env,
-    )
-    os.close(follower)
-    time.sleep(2.5)  # some 40 polls
-    worker.send_signal(signal.SIGINT)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    assert worker.wait(timeout=10) == 0
-    screen = b"".join(chunks).decode("utf-8", "replace")
+    code, screen = run_in_terminal(
+        "work", "--loop", "--poll-seconds", "0.05", interrupt_on="waiting for tasks", COLUMNS="80"
+    )  # then 20 polls
+    assert code == 0
     assert "no claimable task" not in screen
-    assert "waiting for tasks since" in ANSI.sub("", screen)
-    assert "stopped: 0 done" in ANSI.sub("", screen)
+    text = ANSI.sub("", screen)
+    assert "waiting for tasks since" in text and "stopped: 0 done" in text
+    assert_fits(screen, 80)
 
 
 @pytest.mark.parametrize("columns", WIDTHS)
