@@ -183,7 +183,7 @@ class Worker:
         task_id = None
         if task_ref is not None:  # a prefix is resolved first, so logs carry the full id
             with self.kb.db.read() as conn:
-                task_id = resolve_task_id(conn, task_ref)
+                task_id = resolve_task_id(conn, self.kb.scope, task_ref)
         claim = self._claim(task_id)
         if claim is None:
             self.listener.missed(task_id)

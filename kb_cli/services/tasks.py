@@ -16,6 +16,7 @@ from kb_cli.lifecycle import (
     DocStatus,
     TaskStatus,
 )
+from kb_cli.permissions import Scope
 from kb_cli.records import DocumentRecord, TaskRecord
 from kb_cli.services.context import Kb, resolve_id, resolve_task_id
 from kb_cli.services.documents import document_record
@@ -27,7 +28,7 @@ WAIT_POLL_SECONDS = 0.2
 def get_record(kb: Kb, ref: str) -> DocumentRecord | TaskRecord:
     """The task record for a task id, the document record for a document id."""
     with kb.db.read() as conn:
-        kind, entity_id = resolve_id(conn, ref, "tasks", "documents")
+        kind, entity_id = resolve_id(conn, kb.scope, ref, "tasks", "documents")
         if kind == "tasks":
             return TaskRecord.from_row(queries.get_task(conn, entity_id))
         return document_record(conn, entity_id)
@@ -41,7 +42,7 @@ def wait_for_task(
 ) -> TaskRecord:
     """Poll the database until the task ends; every change is passed to `on_change`."""
     with kb.db.read() as conn:
-        task_id = _task_id_for(conn, ref)
+        task_id = _task_id_for(conn, kb.scope, ref)
     deadline = None if timeout is None else time.monotonic() + timeout
     last = None
     while True:
@@ -70,7 +71,7 @@ class WaitTimeout(BusyError):
 def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
     """queued/running/retry_wait -> cancelled; the document goes back to draft."""
     with kb.db.write() as conn:
-        task_id = resolve_task_id(conn, task_ref)
+        task_id = resolve_task_id(conn, kb.scope, task_ref)
         task = queries.get_task(conn, task_id, lock=True)
         if task.status not in CANCELLABLE:
             raise ConflictError(f"cannot cancel task {task_id}: it is {task.status}")
@@ -79,7 +80,7 @@ def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
             conn,
             task,
             TaskStatus.CANCELLED,
-            actor=kb.actor,
+            actor=kb.actor.name,
             action="cancel",
             required=True,
             lease_expires_at=None,
@@ -95,7 +96,7 @@ def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
                 conn,
                 document,
                 DocStatus.DRAFT,
-                actor=kb.actor,
+                actor=kb.actor.name,
                 action="cancel",
                 required=True,
                 detail=f"task {task_id}",
@@ -107,26 +108,26 @@ def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
 def retry_task(kb: Kb, ref: str) -> TaskRecord:
     """failed/failed -> queued/processing, on the same task row, attempt unchanged."""
     with kb.db.write() as conn:
-        task_id = _task_id_for(conn, ref)
-        _requeue(conn, kb.actor, task_id)
+        task_id = _task_id_for(conn, kb.scope, ref)
+        _requeue(conn, kb.actor.name, task_id)
         return TaskRecord.from_row(queries.get_task(conn, task_id))
 
 
 def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
     with kb.db.write() as conn:
         records = []
-        for task_id in queries.failed_task_ids(conn, error_code):
+        for task_id in queries.failed_task_ids(conn, error_code, kb.scope):
             try:
-                _requeue(conn, kb.actor, task_id)
+                _requeue(conn, kb.actor.name, task_id)
             except ConflictError:
                 continue  # e.g. an older failed task of a document that moved on
             records.append(TaskRecord.from_row(queries.get_task(conn, task_id)))
         return records
 
 
-def _task_id_for(conn: Connection, ref: str) -> str:
+def _task_id_for(conn: Connection, scope: Scope, ref: str) -> str:
     """A task id, or a document id standing for its latest task."""
-    kind, entity_id = resolve_id(conn, ref, "tasks", "documents")
+    kind, entity_id = resolve_id(conn, scope, ref, "tasks", "documents")
     if kind == "tasks":
         return entity_id
     document = queries.get_document(conn, entity_id)
