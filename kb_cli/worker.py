@@ -23,9 +23,15 @@ from typing import Protocol
 
 from kb_cli import queries
 from kb_cli.chunking import ChunkText, chunk_blocks
-from kb_cli.db import Connection, DatabaseUnavailable, format_stamp, parse_stamp, utcnow
+from kb_cli.db import Connection, format_stamp, parse_stamp, utcnow
 from kb_cli.embeddings import to_blob
-from kb_cli.errors import BusyError, KbError, ProviderRejected, ProviderUnavailable
+from kb_cli.errors import (
+    BusyError,
+    DatabaseUnavailable,
+    KbError,
+    ProviderRejected,
+    ProviderUnavailable,
+)
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import Row, TaskRecord, WorkResult
 from kb_cli.services.context import Kb, resolve_task_id

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
-from kb_cli.errors import BusyError, ConflictError
+from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
     CANCELLABLE,
     RETRYABLE_DOC,
@@ -56,16 +56,6 @@ def wait_for_task(
         if deadline is not None and time.monotonic() >= deadline:
             raise WaitTimeout(record)
         time.sleep(WAIT_POLL_SECONDS)
-
-
-class WaitTimeout(BusyError):
-    """The task did not end before the timeout; safe to wait again."""
-
-    def __init__(self, record: TaskRecord) -> None:
-        super().__init__(
-            f"timed out waiting for task {record.task_id}: still {record.status}; safe to run again"
-        )
-        self.record = record
 
 
 def cancel_task(kb: Kb, task_ref: str) -> TaskRecord:
