@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import __version__, console
-from kb_cli.errors import ConflictError, KbError, UsageError
+from kb_cli.errors import ConflictError, KbError, UsageError, WaitTimeout
 from kb_cli.permissions import (
     ADMINS,
     DEFAULT_BASE,
@@ -262,7 +262,7 @@ def status(
     live = console.LiveWait() if not json_out and console.is_fancy(sys.stderr) else None
     try:
         record = tasks.wait_for_task(kb, entity_id, timeout, on_change=live)
-    except tasks.WaitTimeout as timed_out:
+    except WaitTimeout as timed_out:
         console.print_records([timed_out.record], json_out)
         raise
     finally:
@@ -805,7 +805,8 @@ def _print_bases(records, json_out: bool) -> None:
     for record in records:
         readers = "teams " + ", ".join(record.teams) if record.teams else "everyone"
         grants = f"; granted to {', '.join(record.grants)}" if record.grants else ""
-        console.emit(f"{record.base}: {record.documents} documents; read by {readers}{grants}")
+        count = f"{record.documents} document" + ("" if record.documents == 1 else "s")
+        console.emit(f"{record.base}: {count}; read by {readers}{grants}")
 
 
 DEMO = Rule("demo", ADMINS)

@@ -226,6 +226,15 @@ def base_exists(conn: Connection, name: str, scope: Scope = Scope()) -> bool:
     return conn.execute(sql, {**params, "name": name}).first() is not None
 
 
+def base_of(conn: Connection, entity_id: str) -> str | None:
+    """The base of a document, or of a task's document."""
+    sql = f"""SELECT d.base FROM {DOCUMENTS} AS d WHERE d.id = :id
+        UNION ALL
+        SELECT d.base FROM {TASKS} AS t JOIN {DOCUMENTS} AS d ON d.id = t.document_id
+        WHERE t.id = :id"""
+    return conn.execute(sql, {"id": entity_id}).scalar()
+
+
 def list_bases(conn: Connection, scope: Scope) -> list[Any]:
     """(base, documents) of the bases in `scope`, by name."""
     scoped, params = scope_filter(Scope(scope.reader), "b.name")

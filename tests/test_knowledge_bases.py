@@ -281,6 +281,8 @@ def test_every_role_base_and_command(invoke, two_bases, tmp_path, role, base, co
     assert ok(invoke("status", "--json", token=admin)) == before  # nothing changed
     [refusal] = [e for e in _audit_of(target) if e["action"] == "refused"]
     assert refusal["actor"] == user and refusal["detail"].startswith(f"{command}: ")
+    why = f"role {role} may not run {command}" if not allowed_role else f"base {base} is not"
+    assert why in refusal["detail"]
     if command != "upload":  # the refusal is in the document's own history
         shown = ok(invoke("history", target, "--json", token=admin))
         assert any(e["action"] == "refused" and e["actor"] == user for e in shown)

@@ -51,31 +51,32 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None) -> Actor:
             refusal = _hidden_target(conn, actor, rule.acts_on, target)
     if refusal is None:
         return actor
-    entity, error = refusal
+    entity, error, why = refusal
     if entity is None and target is not None:
         entity = f"base:{target}" if rule.acts_on == Target.BASE else target
-    record_refusal(kb, actor.name, rule.command, entity, error.message)
+    record_refusal(kb, actor.name, rule.command, entity, why)
     raise error
 
 
-def _check_role(conn: Connection, rule: Rule) -> tuple[Actor, tuple[str, KbError] | None]:
+def _check_role(conn: Connection, rule: Rule) -> tuple[Actor, tuple | None]:
+    """The caller, and (None, forbidden, why) when the token or its role refuses."""
     token = os.environ.get("KB_TOKEN", "")
     user = _user_for_token(conn, token)
     if user is None:
-        reason = "KB_TOKEN is missing" if not token else "KB_TOKEN is not a valid token"
-        return Actor("anonymous"), (None, ForbiddenError(f"forbidden: {reason}"))
+        why = "KB_TOKEN is missing" if not token else "KB_TOKEN is not a valid token"
+        return Actor("anonymous"), (None, ForbiddenError(f"forbidden: {why}"), why)
     actor = Actor(user.name, Role(user.role))
     if actor.role in rule.roles:
         return actor, None
-    reason = f"forbidden: role {user.role} may not run {rule.command}"
-    return actor, (None, ForbiddenError(reason))
+    why = f"role {user.role} may not run {rule.command}"
+    return actor, (None, ForbiddenError(f"forbidden: {why}"), why)
 
 
 def _hidden_target(
     conn: Connection, actor: Actor, acts_on: Target, target: str
-) -> tuple[str, KbError] | None:
-    """(entity, not_found) when `target` exists but outside the actor's bases; a target
-    that does not exist at all raises its not_found here, unaudited."""
+) -> tuple[str, KbError, str] | None:
+    """(entity, not_found, why) when `target` exists but outside the actor's bases; a
+    target that does not exist at all raises its not_found here, unaudited."""
     try:
         if acts_on == Target.BASE:
             require_base(conn, actor.scope(), target)
@@ -86,12 +87,14 @@ def _hidden_target(
         if acts_on == Target.BASE:
             if not queries.base_exists(conn, target):
                 raise
-            return f"base:{target}", error
-        try:  # the same lookup over every base, for the audit trail only
-            entity = resolve_id(conn, EVERY_BASE, target, *_KINDS[acts_on])[1]
-        except KbError:  # missing, or ambiguous only among rows the caller cannot see
-            raise error from None
-        return entity, error
+            base, entity = target, f"base:{target}"
+        else:
+            try:  # the same lookup over every base, for the audit trail only
+                entity = resolve_id(conn, EVERY_BASE, target, *_KINDS[acts_on])[1]
+            except KbError:  # missing, or ambiguous only among rows the caller cannot see
+                raise error from None
+            base = queries.base_of(conn, entity)
+        return entity, error, f"base {base} is not readable by {actor.name}"
 
 
 def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> NewUser:
