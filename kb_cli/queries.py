@@ -31,16 +31,17 @@ BASE_TEAMS, BASE_GRANTS = "base_teams", "base_grants"
 # --- what a caller may read (contract section 9) -------------------------------------
 
 
-# A base the reader may read: it exists, and it is company-wide (no team named), or
-# restricted to a team of the reader's, or granted to the reader. A document whose base
-# is missing is readable by nobody but those who read every base (kb doctor reports it).
-_READABLE = f"""EXISTS (SELECT 1 FROM {BASES} AS rb WHERE rb.name = {{column}}
-        AND (NOT EXISTS (SELECT 1 FROM {BASE_TEAMS} AS rt WHERE rt.base = rb.name)
-             OR EXISTS (SELECT 1 FROM {BASE_TEAMS} AS rt
-                        JOIN {USER_TEAMS} AS ru ON ru.team = rt.team
-                        WHERE rt.base = rb.name AND ru.user_name = :_reader)
-             OR EXISTS (SELECT 1 FROM {BASE_GRANTS} AS rg
-                        WHERE rg.base = rb.name AND rg.user_name = :_reader)))"""
+# The bases the reader may read: company-wide (no team named), restricted to a team of
+# the reader's, or granted to the reader. Not correlated with the outer row, so both
+# engines evaluate it once per statement, not once per candidate. A document whose base
+# is missing is in no readable base (kb doctor reports it).
+_READABLE = f"""{{column}} IN (SELECT rb.name FROM {BASES} AS rb
+        WHERE NOT EXISTS (SELECT 1 FROM {BASE_TEAMS} AS rt WHERE rt.base = rb.name)
+           OR EXISTS (SELECT 1 FROM {BASE_TEAMS} AS rt
+                      JOIN {USER_TEAMS} AS ru ON ru.team = rt.team
+                      WHERE rt.base = rb.name AND ru.user_name = :_reader)
+           OR EXISTS (SELECT 1 FROM {BASE_GRANTS} AS rg
+                      WHERE rg.base = rb.name AND rg.user_name = :_reader))"""
 
 
 def scope_filter(scope: Scope, column: str = "d.base") -> tuple[str, dict[str, Any]]:
