@@ -634,7 +634,7 @@ def fill_documents(home: Path, count: int) -> None:
                 now,
             )
         )
-    conn.executemany("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", docs)
+    conn.executemany("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'default')", docs)
     conn.executemany("INSERT INTO ingestion_tasks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tasks)
     conn.commit()
     conn.close()
@@ -814,7 +814,7 @@ def fill_chunks(home: Path, count: int) -> None:
             chunks.append(
                 (doc_id, 1, c, "t", text, terms, count_words(terms), blob, MODEL_NAME, 256)
             )
-    conn.executemany("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", docs)
+    conn.executemany("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'default')", docs)
     conn.executemany(
         "INSERT INTO chunks (document_id, revision, chunk_index, task_id, text, terms, "
         "term_count, embedding, embedding_model, embedding_dim) VALUES (?,?,?,?,?,?,?,?,?,?)",

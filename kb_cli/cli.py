@@ -18,8 +18,20 @@ from typing import Annotated
 import typer
 
 from kb_cli import __version__, console
-from kb_cli.errors import ConflictError, KbError, UsageError
-from kb_cli.lifecycle import DocStatus, ErrorCode, Role
+from kb_cli.errors import ConflictError, KbError, UsageError, WaitTimeout
+from kb_cli.lifecycle import DocStatus, ErrorCode
+from kb_cli.permissions import (
+    ADMINS,
+    DEFAULT_BASE,
+    EDITORS,
+    READERS,
+    REVIEWERS,
+    STATUS_READERS,
+    WORKERS,
+    Role,
+    Rule,
+    Target,
+)
 from kb_cli.ranking import SearchMode
 
 HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -117,14 +129,11 @@ class _Session:
 _session: _Session | None = None
 
 
-def _open(
-    ctx: typer.Context,
-    target: str | None = None,
-    command: str | None = None,
-    create: bool = True,
-):
-    """Connect, then check the caller's token against this command. Read-only commands
-    pass `create=False`: they never create a home or a database."""
+def _open(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = True):
+    """Connect, then run the guard: the command's rule (the roles it needs, the base of
+    what it names) against the caller's token. The context returned acts as the caller
+    the guard established. Read-only commands pass `create=False`: they never create a
+    home or a database."""
     global _session
     from kb_cli.config import resolve_settings
     from kb_cli.services import access
@@ -133,26 +142,37 @@ def _open(
     options: Globals = ctx.find_root().obj
     settings = resolve_settings(options.home, options.database_url, options.object_store)
     kb = Kb.open(settings, create=create)
-    command = command or ctx.command.name
-    access.authorize(kb, command, target)
-    _session = _Session(kb, command, target)
+    kb = kb.acting_as(access.authorize(kb, rule, target))
+    _session = _Session(kb, rule.command, target)
     return kb
 
 
-def _open_to_read(ctx: typer.Context, json_out: bool):
+def _open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | None = None):
     """For commands that list or search: with no knowledge base yet there is nothing to
     show, which is said on stderr (not in --json mode); None then."""
     from kb_cli.errors import NoKnowledgeBaseYet
 
     try:
-        return _open(ctx, create=False)
+        return _open(ctx, rule, target, create=False)
     except NoKnowledgeBaseYet as nothing:
         if not json_out:
             console.log(f"kb: {nothing.message}")
         return None
 
 
+BaseOption = Annotated[
+    str | None,
+    typer.Option("--base", metavar="NAME", help="Only this knowledge base.", show_default=False),
+]
+
+
 # --- commands ------------------------------------------------------------------------
+# Each command declares its Rule beside it: the roles that may run it, and what it acts
+# on (the base of the document or task it names, or a base). `_open` runs the guard.
+
+
+UPLOAD = Rule("upload", EDITORS, Target.BASE)
+REPLACE = Rule("upload", EDITORS, Target.DOCUMENT)
 
 
 @app.command()
@@ -178,26 +198,40 @@ def upload(
             help="Replace the file of this draft, failed or published document (one FILE).",
         ),
     ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            metavar="NAME",
+            help=f"Knowledge base to upload into (default: {DEFAULT_BASE}).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Upload files as draft documents.
 
     Every file is checked before any is stored: one unsupported file stores nothing.
 
-    Example: kb upload report.pdf notes.md --submit
+    Example: kb upload report.pdf notes.md --submit --base engineering
     """
     from kb_cli.services import documents
 
-    kb = _open(ctx, replace)
     if replace is not None:
-        if len(files) != 1 or submit:
+        if len(files) != 1 or submit or base is not None:
             raise UsageError(
-                "--replace takes exactly one file and no --submit; submit or retry afterwards"
+                "--replace takes exactly one file and no --submit or --base; "
+                "submit or retry afterwards"
             )
+        kb = _open(ctx, REPLACE, replace)
         records = [documents.replace_file(kb, files[0], replace)]
     else:
-        records = documents.upload_files(kb, files, submit=submit)
+        kb = _open(ctx, UPLOAD, base or DEFAULT_BASE)
+        records = documents.upload_files(kb, files, submit=submit, base=base or DEFAULT_BASE)
     console.print_records(records, json_out)
+
+
+SUBMIT = Rule("submit", EDITORS, Target.DOCUMENT)
 
 
 @app.command()
@@ -213,8 +247,11 @@ def submit(
     from kb_cli.services import documents
 
     console.print_records(
-        [documents.submit_document(_open(ctx, document_id), document_id)], json_out
+        [documents.submit_document(_open(ctx, SUBMIT, document_id), document_id)], json_out
     )
+
+
+STATUS = Rule("status", STATUS_READERS, Target.TASK_OR_DOCUMENT)
 
 
 @app.command()
@@ -274,7 +311,7 @@ def status(
     if entity_id is None:
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
-        kb = _open_to_read(ctx, json_out)
+        kb = _open_to_read(ctx, STATUS, json_out)
         records = documents.list_document_records(kb, status_filter, error_code) if kb else []
         if json_out:
             console.print_records(records, True)
@@ -285,7 +322,7 @@ def status(
         raise UsageError("--status and --error-code filter the list; give no id with them")
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
-    kb = _open(ctx, entity_id, create=False)
+    kb = _open(ctx, STATUS, entity_id, create=False)
     if not wait:
         console.print_records([tasks.get_record(kb, entity_id)], json_out)
         return
@@ -303,7 +340,7 @@ def _wait(kb, entity_id: str, timeout: float | None, json_out: bool) -> None:
         watcher = console.LiveWait() if console.is_fancy(sys.stderr) else console.WaitHint()
     try:
         record = tasks.wait_for_task(kb, entity_id, timeout, watcher)
-    except tasks.WaitTimeout as timed_out:
+    except WaitTimeout as timed_out:
         if watcher:
             watcher.close(None)
         console.print_records([timed_out.record], json_out)
@@ -321,6 +358,9 @@ def _wait(kb, entity_id: str, timeout: float | None, json_out: bool) -> None:
             f"task {task} was cancelled; kb submit {console.short(record.document_id)} "
             "processes its document again"
         )
+
+
+CANCEL = Rule("cancel", EDITORS, Target.TASK_OR_DOCUMENT)
 
 
 @app.command()
@@ -344,7 +384,10 @@ def cancel(
     """
     from kb_cli.services import tasks
 
-    console.print_records([tasks.cancel_task(_open(ctx, task_id), task_id)], json_out)
+    console.print_records([tasks.cancel_task(_open(ctx, CANCEL, task_id), task_id)], json_out)
+
+
+RETRY = Rule("retry", EDITORS, Target.TASK_OR_DOCUMENT)
 
 
 @app.command()
@@ -384,11 +427,14 @@ def retry(
         raise UsageError("give either an ID or --all-failed: kb retry ID / kb retry --all-failed")
     if error_code and not all_failed:
         raise UsageError("--error-code only applies with --all-failed")
-    kb = _open(ctx, entity_id)
+    kb = _open(ctx, RETRY, entity_id)
     records = (
         tasks.retry_all_failed(kb, error_code) if all_failed else [tasks.retry_task(kb, entity_id)]
     )
     console.print_records(records, json_out)
+
+
+WORK = Rule("work", WORKERS, Target.TASK)
 
 
 @app.command()
@@ -498,7 +544,7 @@ def work(
         listener = console.PlainWorkerLog(options.worker_id)
     stop = threading.Event()
     _stop_on_signals(stop)
-    worker = Worker(_open(ctx, task_id), options, listener, stop)
+    worker = Worker(_open(ctx, WORK, task_id), options, listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
     try:
         for result in worker.run(task_id, max_tasks=limit, loop=loop):
@@ -526,6 +572,9 @@ def _stop_on_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handle)
 
 
+PUBLISH = Rule("publish", REVIEWERS, Target.DOCUMENT)
+
+
 @app.command()
 def publish(
     ctx: typer.Context,
@@ -546,8 +595,11 @@ def publish(
     """
     from kb_cli.services import documents
 
-    record = documents.publish_document(_open(ctx, document_id), document_id, if_version)
+    record = documents.publish_document(_open(ctx, PUBLISH, document_id), document_id, if_version)
     console.print_records([record], json_out)
+
+
+SEARCH = Rule("search", READERS, Target.BASE)
 
 
 @app.command()
@@ -576,6 +628,7 @@ def search(
         bool,
         typer.Option("--per-document", help="Print one hit per document: its best chunk."),
     ] = False,
+    base: BaseOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Search published documents, best hit first. Questions are ranked, not filtered.
@@ -584,10 +637,10 @@ def search(
     """
     from kb_cli.services import search as search_service
 
-    kb = _open_to_read(ctx, json_out)
+    kb = _open_to_read(ctx, SEARCH, json_out, base)
     if kb is None:
         return
-    result = search_service.search(kb, query, limit, mode and mode.value, per_document)
+    result = search_service.search(kb, query, limit, mode and mode.value, per_document, base)
     for warning in result.warnings:
         console.log(f"kb: warning: {warning}")
     console.print_records(result.hits, json_out)
@@ -596,6 +649,9 @@ def search(
             "no hits: search serves published revisions only; "
             "`kb status --status review_pending` lists what waits for `kb publish`"
         )
+
+
+EVAL = Rule("eval", READERS, Target.BASE)
 
 
 @app.command("eval")
@@ -623,6 +679,7 @@ def eval_command(
             help="Exit 4 when hit@K is below X (a rate from 0 to 1).",
         ),
     ] = None,
+    base: BaseOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Score search on a fixed question set: hit@1, hit@k, recall@k, MRR, leaks.
@@ -636,7 +693,7 @@ def eval_command(
     from kb_cli.services import evaluation
 
     questions = evaluation.load_questions(questions_file)
-    results, summary = evaluation.evaluate(_open(ctx, create=False), questions, k)
+    results, summary = evaluation.evaluate(_open(ctx, EVAL, base, create=False), questions, k, base)
     if json_out:
         console.print_records([*results, summary], True)
     else:
@@ -647,6 +704,9 @@ def eval_command(
         raise QualityBelowThreshold(
             f"hit@{k} {summary.hit_at_k:.2f} is below --min-hit-rate {min_hit_rate:g}"
         )
+
+
+REINDEX = Rule("reindex", ADMINS)
 
 
 @app.command()
@@ -673,7 +733,7 @@ def reindex(
 
     if not embeddings:
         raise UsageError("say what to rebuild: kb reindex --embeddings")
-    kb = _open(ctx, create=False)
+    kb = _open(ctx, REINDEX, create=False)
     progress = console.Progress("embedding") if not json_out else None
     try:
         report = reindex_embeddings(kb, progress or (lambda done, total: None))
@@ -686,6 +746,9 @@ def reindex(
         console.emit(
             f"embedded {report.chunks} chunks of {report.revisions} revisions with {report.model}"
         )
+
+
+DOCTOR = Rule("doctor", ADMINS)
 
 
 @app.command()
@@ -704,14 +767,15 @@ def doctor(
     """Check the invariants; exit 4 when a problem remains.
 
     Checks document/task status pairs, chunks only where allowed, no running task with
-    an expired lease, every referenced object present, no orphan objects.
+    an expired lease, every referenced object present, no orphan objects, every document
+    in an existing knowledge base, no base access for a missing team or user.
 
     Example: kb doctor --repair
     """
     from kb_cli.errors import ProblemsFound
     from kb_cli.services import doctor as doctor_service
 
-    report = doctor_service.check(_open(ctx, create=False), repair=repair)
+    report = doctor_service.check(_open(ctx, DOCTOR, create=False), repair=repair)
     if json_out:
         console.write_json(report)
     else:
@@ -723,6 +787,9 @@ def doctor(
             console.emit("ok: every invariant holds")
     if not report.ok:
         raise ProblemsFound(f"doctor found {len(report.problems)} problem(s)")
+
+
+HISTORY = Rule("history", READERS, Target.TASK_OR_DOCUMENT)
 
 
 @app.command()
@@ -745,7 +812,7 @@ def history(
     """
     from kb_cli.services.history import history as history_service
 
-    events = history_service(_open(ctx, entity_id, create=False), entity_id)
+    events = history_service(_open(ctx, HISTORY, entity_id, create=False), entity_id)
     console.print_records(events, json_out)
 
 
@@ -760,6 +827,13 @@ user_app = typer.Typer(
 app.add_typer(user_app, name="user")
 
 
+USER = Rule("user", ADMINS)
+TeamOption = Annotated[
+    list[str] | None,
+    typer.Option("--team", metavar="TEAM", help="A team (repeat for several).", show_default=False),
+]
+
+
 @user_app.command("add")
 def user_add(
     ctx: typer.Context,
@@ -772,23 +846,120 @@ def user_add(
             help=f"What the user may do: {', '.join(Role)}. The first user must be an admin.",
         ),
     ],
+    teams: TeamOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Create a user and print its token, once; only its hash is stored.
 
-    The first user must be an admin; from then on every command needs KB_TOKEN.
+    The first user must be an admin; from then on every command needs KB_TOKEN. Teams
+    decide which knowledge bases the user reads; naming a team creates it.
 
-    Example: kb user add alice --role admin
+    Example: kb user add alice --role admin; kb user add bob --role editor --team finance
     """
     from kb_cli.services import access
 
-    new_user = access.add_user(_open(ctx, name, command="user"), name, role.value)
+    new_user = access.add_user(_open(ctx, USER, name), name, role.value, teams)
     if json_out:
         console.write_json(new_user)
     else:
-        console.emit(f"user {new_user.user} role={new_user.role}")
+        teams_shown = f" teams={','.join(new_user.teams)}" if new_user.teams else ""
+        console.emit(f"user {new_user.user} role={new_user.role}{teams_shown}")
         console.emit(f"token {new_user.token}")
         console.log("the token is shown only once: store it now (export KB_TOKEN=...)")
+
+
+base_app = typer.Typer(
+    help="Knowledge bases: who reads which documents. Every document is in one base."
+)
+app.add_typer(base_app, name="base")
+BASE_CREATE = Rule("base", ADMINS)
+BASE_LIST = Rule("base", STATUS_READERS, Target.BASE)
+BASE_MOVE = Rule("base", ADMINS, Target.DOCUMENT)
+BaseName = Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base name.")]
+
+
+@base_app.command("create")
+def base_create(
+    ctx: typer.Context, name: BaseName, teams: TeamOption = None, json_out: JsonFlag = False
+) -> None:
+    """Create a knowledge base (admin): readable by everyone, or only by the teams named.
+
+    Example: kb base create engineering --team engineering
+    """
+    from kb_cli.services import bases
+
+    _print_bases([bases.create_base(_open(ctx, BASE_CREATE), name, teams or [])], json_out)
+
+
+@base_app.command("list")
+def base_list(ctx: typer.Context, json_out: JsonFlag = False) -> None:
+    """List the knowledge bases you may read, with their teams, grants and documents.
+
+    Example: kb base list --json
+    """
+    from kb_cli.services import bases
+
+    _print_bases(bases.list_bases(_open(ctx, BASE_LIST)), json_out)
+
+
+@base_app.command("show")
+def base_show(ctx: typer.Context, name: BaseName, json_out: JsonFlag = False) -> None:
+    """Describe one knowledge base: who reads it and how many documents it holds.
+
+    Example: kb base show engineering
+    """
+    from kb_cli.services import bases
+
+    _print_bases(bases.list_bases(_open(ctx, BASE_LIST, name), name), json_out)
+
+
+@base_app.command("grant")
+def base_grant(
+    ctx: typer.Context,
+    name: BaseName,
+    user: Annotated[str, typer.Argument(metavar="USER", help="User name.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Let one user read a base, and write there as far as their role allows (admin).
+
+    Example: kb base grant engineering carol
+    """
+    from kb_cli.services import bases
+
+    _print_bases([bases.grant_base(_open(ctx, BASE_CREATE), name, user)], json_out)
+
+
+@base_app.command("move")
+def base_move(
+    ctx: typer.Context,
+    document_id: Annotated[
+        str, typer.Argument(metavar="DOCUMENT_ID", help="Document id or unique prefix.")
+    ],
+    name: BaseName,
+    json_out: JsonFlag = False,
+) -> None:
+    """Move a document, with its revisions and tasks, to another base (admin; audited).
+
+    Example: kb base move 3f2a9c company
+    """
+    from kb_cli.services import bases
+
+    record = bases.move_document(_open(ctx, BASE_MOVE, document_id), document_id, name)
+    console.print_records([record], json_out)
+
+
+def _print_bases(records, json_out: bool) -> None:
+    if json_out:
+        console.print_records(records, True)
+        return
+    for record in records:
+        readers = "teams " + ", ".join(record.teams) if record.teams else "everyone"
+        grants = f"; granted to {', '.join(record.grants)}" if record.grants else ""
+        count = f"{record.documents} document" + ("" if record.documents == 1 else "s")
+        console.emit(f"{record.base}: {count}; read by {readers}{grants}")
+
+
+DEMO = Rule("demo", ADMINS)
 
 
 @app.command()
@@ -829,7 +1000,7 @@ def _authorize_demo(ctx: typer.Context) -> None:
     url = settings.database_url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return
-    _open(ctx)
+    _open(ctx, DEMO)
 
 
 db_app = typer.Typer(
@@ -854,6 +1025,7 @@ def db_upgrade(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """
     from kb_cli.config import resolve_settings
     from kb_cli.db import Database
+    from kb_cli.permissions import Actor
     from kb_cli.services import access
     from kb_cli.services.context import Kb
 
@@ -865,7 +1037,7 @@ def db_upgrade(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     with database.read() as conn:
         existing = database.schema_version(conn)
     if existing is not None:  # a fresh database has no users yet: open mode
-        access.authorize(Kb(settings, database, None, "kb"), "db")
+        access.authorize(Kb(settings, database, None, Actor("kb")), Rule("db", ADMINS))
     before, after = database.upgrade()
     result = {"from_revision": before, "to_revision": after}
     if json_out:
@@ -915,7 +1087,8 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(error, ConflictError) and error.is_refusal and _session is not None:
             from kb_cli.services import access
 
-            access.record_refusal(_session.kb, _session.command, _session.target, error.message)
+            kb, actor = _session.kb, _session.kb.actor.name
+            access.record_refusal(kb, actor, _session.command, _session.target, error.message)
         code = _report(error.code, error.message, error.exit_code, as_json)
     except Exception as error:
         if debug:

@@ -18,7 +18,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kb_cli import engines
-from kb_cli.errors import BusyError, InternalError, KbError, UsageError
+from kb_cli.errors import (
+    BusyError,
+    DatabaseUnavailable,
+    InternalError,
+    SchemaError,
+    UsageError,
+)
 
 
 def utcnow() -> str:
@@ -35,17 +41,6 @@ def parse_stamp(stamp: str) -> datetime:
 
 
 BUSY_MESSAGE = "the database stayed locked past the busy timeout; safe to run again"
-
-
-class DatabaseUnavailable(InternalError):
-    """The database server cannot be reached, or the connection to it was lost."""
-
-
-class SchemaError(KbError):
-    """The database schema does not match this version of kb."""
-
-    exit_code = 1
-    code = "internal_error"
 
 
 class Result:

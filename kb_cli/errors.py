@@ -1,4 +1,12 @@
-"""Errors the tool reports to its user: each carries its exit code and stable code string."""
+"""Errors the tool reports to its user: each carries its exit code and stable code string.
+
+Every error class of the tool lives here; the failure codes of a task are a separate
+vocabulary (kb_cli.lifecycle.ErrorCode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 
 class KbError(Exception):
@@ -17,6 +25,21 @@ class KbError(Exception):
 
 class InternalError(KbError):
     """An unexpected failure of the tool itself."""
+
+
+class DatabaseUnavailable(InternalError):
+    """The database server cannot be reached, or the connection to it was lost."""
+
+
+class SchemaError(KbError):
+    """The database schema does not match this version of kb."""
+
+    exit_code = 1
+    code = "internal_error"
+
+
+class StoreWriteError(InternalError):
+    """The object store could not be written (full disk, read-only, permissions)."""
 
 
 class UsageError(KbError):
@@ -78,6 +101,10 @@ class InvalidInputError(KbError):
     code = "invalid_input"
 
 
+class ObjectTooLarge(InvalidInputError):
+    """The file is larger than the upload limit."""
+
+
 class BusyError(KbError):
     """The database stayed locked past the busy timeout; safe to run again."""
 
@@ -90,6 +117,17 @@ class TaskUnsuccessful(KbError):
 
     exit_code = 8
     code = "task_unsuccessful"
+
+
+class WaitTimeout(BusyError):
+    """`status --wait`: the task did not end before the timeout; safe to wait again.
+    Carries the task's current record, which is printed all the same."""
+
+    def __init__(self, record: Any) -> None:
+        super().__init__(
+            f"timed out waiting for task {record.task_id}: still {record.status}; safe to run again"
+        )
+        self.record = record
 
 
 class ProviderUnavailable(KbError):

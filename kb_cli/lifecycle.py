@@ -1,5 +1,4 @@
-"""The two state machines as data: statuses, stages, error codes and legal transitions;
-and the roles that may drive them."""
+"""The two state machines as data: statuses, stages, error codes and legal transitions."""
 
 from __future__ import annotations
 
@@ -29,14 +28,6 @@ class DocStatus(StrEnum):
     REVIEW_PENDING = "review_pending"
     PUBLISHED = "published"
     FAILED = "failed"
-
-
-class Role(StrEnum):
-    VIEWER = "viewer"
-    EDITOR = "editor"
-    REVIEWER = "reviewer"
-    WORKER = "worker"
-    ADMIN = "admin"
 
 
 class ErrorCode(StrEnum):

@@ -18,11 +18,49 @@ from typing import Any
 from kb_cli.db import Connection
 from kb_cli.engines import escape_like
 from kb_cli.lifecycle import DocStatus, TaskStatus
+from kb_cli.permissions import Scope
 from kb_cli.records import LISTING_COLUMNS
 
 MIN_PREFIX = 6
 DOCUMENTS, TASKS, CHUNKS = "documents", "ingestion_tasks", "chunks"
 AUDIT, OUTBOX, USERS = "audit_events", "outbox_events", "users"
+BASES, TEAMS, USER_TEAMS = "bases", "teams", "user_teams"
+BASE_TEAMS, BASE_GRANTS = "base_teams", "base_grants"
+
+
+# --- what a caller may read (contract section 9) -------------------------------------
+
+
+# The bases the reader may read: company-wide (no team named), restricted to a team of
+# the reader's, or granted to the reader. Not correlated with the outer row, so both
+# engines evaluate it once per statement, not once per candidate. A document whose base
+# is missing is in no readable base (kb doctor reports it).
+_READABLE = f"""{{column}} IN (SELECT rb.name FROM {BASES} AS rb
+        WHERE NOT EXISTS (SELECT 1 FROM {BASE_TEAMS} AS rt WHERE rt.base = rb.name)
+           OR EXISTS (SELECT 1 FROM {BASE_TEAMS} AS rt
+                      JOIN {USER_TEAMS} AS ru ON ru.team = rt.team
+                      WHERE rt.base = rb.name AND ru.user_name = :_reader)
+           OR EXISTS (SELECT 1 FROM {BASE_GRANTS} AS rg
+                      WHERE rg.base = rb.name AND rg.user_name = :_reader))"""
+
+
+def scope_filter(scope: Scope, column: str = "d.base") -> tuple[str, dict[str, Any]]:
+    """A condition on `column` (a base name) limiting rows to the scope, and its
+    parameters; ("", {}) when the scope is every base. Goes inside the statement that
+    reads the rows, so nothing outside the scope is ever counted, ranked or returned."""
+    clauses, params = [], {}
+    if scope.reader is not None:
+        clauses.append(_READABLE.format(column=column))
+        params["_reader"] = scope.reader
+    if scope.base is not None:
+        clauses.append(f"{column} = :_base")
+        params["_base"] = scope.base
+    return " AND ".join(clauses), params
+
+
+def _where(clauses: Iterable[str]) -> str:
+    present = [clause for clause in clauses if clause]
+    return " WHERE " + " AND ".join(present) if present else ""
 
 
 # --- lookups -------------------------------------------------------------------------
@@ -44,13 +82,22 @@ def get_task(conn: Connection, task_id: str, lock: bool = False) -> Any:
     return conn.execute(sql, {"id": task_id}).first()
 
 
-def find_ids_by_prefix(conn: Connection, table_name: str, prefix: str) -> list[str]:
-    """Up to two ids starting with `prefix`: enough to tell unique from ambiguous."""
-    if len(prefix) < MIN_PREFIX:
-        return []
-    table = DOCUMENTS if table_name == "documents" else TASKS
-    sql = f"SELECT id FROM {table} WHERE id LIKE :pattern ESCAPE '\\' LIMIT 2"
-    return conn.execute(sql, {"pattern": escape_like(prefix) + "%"}).scalars()
+def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[str]:
+    """The id equal to `ref`, or up to two ids starting with it (a prefix of at least
+    MIN_PREFIX characters), among the rows in `scope`: enough to tell unique from
+    ambiguous without counting rows the caller may not see. A task whose document is
+    gone is in no base: only those who read every base find it."""
+    if table_name == "documents":
+        column, source = "d.id", f"{DOCUMENTS} AS d"
+    else:
+        column, source = "t.id", f"{TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id"
+    scoped, params = scope_filter(scope)
+    if len(ref) >= MIN_PREFIX:
+        match, params["ref"] = f"{column} LIKE :ref ESCAPE '\\'", escape_like(ref) + "%"
+    else:
+        match, params["ref"] = f"{column} = :ref", ref
+    sql = f"SELECT {column} FROM {source}{_where([match, scoped])} ORDER BY {column} LIMIT 2"
+    return conn.execute(sql, params).scalars()
 
 
 def list_documents(
@@ -58,22 +105,23 @@ def list_documents(
     status: str | None = None,
     error_code: str | None = None,
     document_id: str | None = None,
+    scope: Scope = Scope(),
 ) -> list[Any]:
-    """Documents newest first, each with its latest task's columns (LISTING_COLUMNS),
-    filtered by status, by that task's error code, or to one document."""
+    """Documents in `scope` newest first, each with its latest task's columns
+    (LISTING_COLUMNS), filtered by status, by that task's error code, or to one."""
     conditions = {
         "d.status = :status": status,
         "t.error_code = :error_code": error_code,
         "d.id = :id": document_id,
     }
-    clauses = [condition for condition, value in conditions.items() if value]
-    where = " WHERE " + " AND ".join(clauses) if clauses else ""
+    scoped, scope_params = scope_filter(scope)
+    clauses = [condition for condition, value in conditions.items() if value] + [scoped]
     sql = (
         f"SELECT {', '.join(LISTING_COLUMNS)} FROM {DOCUMENTS} AS d"
-        f" LEFT JOIN {TASKS} AS t ON t.id = d.latest_task_id{where}"
+        f" LEFT JOIN {TASKS} AS t ON t.id = d.latest_task_id{_where(clauses)}"
         " ORDER BY d.created_at DESC, d.id"
     )
-    params = {"status": status, "error_code": error_code, "id": document_id}
+    params = {"status": status, "error_code": error_code, "id": document_id, **scope_params}
     return conn.execute(sql, params).all()
 
 
@@ -83,13 +131,19 @@ def latest_tasks(conn: Connection) -> dict[str, Any]:
     return {row.id: row for row in conn.execute(sql)}
 
 
-def failed_task_ids(conn: Connection, error_code: str | None = None) -> list[str]:
-    sql = f"SELECT id FROM {TASKS} WHERE status = '{TaskStatus.FAILED}'"
-    params = {}
+def failed_task_ids(
+    conn: Connection, error_code: str | None = None, scope: Scope = Scope()
+) -> list[str]:
+    scoped, params = scope_filter(scope)
+    clauses = [f"t.status = '{TaskStatus.FAILED}'", scoped]
     if error_code:
-        sql += " AND error_code = :error_code"
+        clauses.append("t.error_code = :error_code")
         params["error_code"] = error_code
-    return conn.execute(sql + " ORDER BY created_at", params).scalars()
+    sql = (
+        f"SELECT t.id FROM {TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id"
+        f"{_where(clauses)} ORDER BY t.created_at"
+    )
+    return conn.execute(sql, params).scalars()
 
 
 def task_ids_of_document(conn: Connection, document_id: str) -> list[str]:
@@ -162,6 +216,102 @@ def get_user(conn: Connection, name: str) -> Any:
 def get_user_by_token_id(conn: Connection, token_id: str) -> Any:
     sql = f"SELECT * FROM {USERS} WHERE token_id = :token_id"
     return conn.execute(sql, {"token_id": token_id}).first()
+
+
+# --- knowledge bases, teams, grants ------------------------------------------------
+
+
+def base_exists(conn: Connection, name: str, scope: Scope = Scope()) -> bool:
+    scoped, params = scope_filter(scope, "b.name")
+    sql = f"SELECT 1 FROM {BASES} AS b{_where(['b.name = :name', scoped])}"
+    return conn.execute(sql, {**params, "name": name}).first() is not None
+
+
+def base_of(conn: Connection, entity_id: str) -> str | None:
+    """The base of a document, or of a task's document."""
+    sql = f"""SELECT d.base FROM {DOCUMENTS} AS d WHERE d.id = :id
+        UNION ALL
+        SELECT d.base FROM {TASKS} AS t JOIN {DOCUMENTS} AS d ON d.id = t.document_id
+        WHERE t.id = :id"""
+    return conn.execute(sql, {"id": entity_id}).scalar()
+
+
+def list_bases(conn: Connection, scope: Scope) -> list[Any]:
+    """(base, documents) of the bases in `scope`, by name."""
+    scoped, params = scope_filter(Scope(scope.reader), "b.name")
+    clauses = [scoped, "b.name = :name" if scope.base is not None else ""]
+    sql = (
+        f"SELECT b.name AS base, (SELECT count(*) FROM {DOCUMENTS} AS d WHERE d.base = b.name)"
+        f" AS documents FROM {BASES} AS b{_where(clauses)} ORDER BY b.name"
+    )
+    return conn.execute(sql, {**params, "name": scope.base}).all()
+
+
+def base_members(conn: Connection) -> tuple[list[Any], list[Any]]:
+    """Every (base, team) restriction and every (base, user_name) grant."""
+    teams = conn.execute(f"SELECT base, team FROM {BASE_TEAMS} ORDER BY team").all()
+    grants = conn.execute(f"SELECT base, user_name FROM {BASE_GRANTS} ORDER BY user_name").all()
+    return teams, grants
+
+
+def insert_base(conn: Connection, name: str, at: str) -> None:
+    _insert(conn, BASES, {"name": name, "created_at": at})
+
+
+def insert_teams(conn: Connection, names: Iterable[str], at: str) -> None:
+    """Teams are names: naming one creates it."""
+    sql = f"INSERT INTO {TEAMS} (name, created_at) VALUES (:name, :at) ON CONFLICT DO NOTHING"
+    conn.executemany(sql, [{"name": name, "at": at} for name in names])
+
+
+def insert_base_teams(conn: Connection, base: str, teams: Iterable[str]) -> None:
+    rows = [{"base": base, "team": team} for team in teams]
+    if rows:
+        conn.executemany(_insert_sql(BASE_TEAMS, ("base", "team")), rows)
+
+
+def insert_user_teams(conn: Connection, user: str, teams: Iterable[str]) -> None:
+    rows = [{"user_name": user, "team": team} for team in teams]
+    if rows:
+        conn.executemany(_insert_sql(USER_TEAMS, ("user_name", "team")), rows)
+
+
+def insert_grant(conn: Connection, base: str, user: str) -> bool:
+    """False when the user already had the grant."""
+    sql = (
+        f"INSERT INTO {BASE_GRANTS} (base, user_name) VALUES (:base, :user) ON CONFLICT DO NOTHING"
+    )
+    return conn.execute(sql, {"base": base, "user": user}).rowcount == 1
+
+
+def move_to_base(conn: Connection, document_id: str, from_base: str, to_base: str, at: str) -> Any:
+    """Guarded on the base it was read with: None when it moved meanwhile."""
+    sql = (
+        f"UPDATE {DOCUMENTS} SET base = :to_base, version = version + 1, updated_at = :at"
+        " WHERE id = :id AND base = :from_base RETURNING *"
+    )
+    params = {"id": document_id, "from_base": from_base, "to_base": to_base, "at": at}
+    return _first_changed(conn, sql, params)
+
+
+def documents_in_missing_bases(conn: Connection) -> list[Any]:
+    sql = (
+        f"SELECT id, base FROM {DOCUMENTS} AS d"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {BASES} AS b WHERE b.name = d.base) ORDER BY id"
+    )
+    return conn.execute(sql).all()
+
+
+def dangling_base_access(conn: Connection) -> list[Any]:
+    """(base, kind, name) of team restrictions and grants naming a team or user that
+    does not exist."""
+    sql = f"""SELECT bt.base, 'team' AS kind, bt.team AS name FROM {BASE_TEAMS} AS bt
+            WHERE NOT EXISTS (SELECT 1 FROM {TEAMS} AS t WHERE t.name = bt.team)
+        UNION ALL
+        SELECT g.base, 'user' AS kind, g.user_name AS name FROM {BASE_GRANTS} AS g
+            WHERE NOT EXISTS (SELECT 1 FROM {USERS} AS u WHERE u.name = g.user_name)
+        ORDER BY 1, 2, 3"""
+    return conn.execute(sql).all()
 
 
 # --- guarded updates -----------------------------------------------------------------
@@ -323,34 +473,41 @@ _PUBLISHED_CHUNKS = f"""FROM {CHUNKS} AS c
 
 
 def lexical_ranking(
-    conn: Connection, terms: list[str], phrases: list[str], limit: int
+    conn: Connection, terms: list[str], phrases: list[str], limit: int, scope: Scope
 ) -> list[tuple[int, float]]:
-    """(chunk id, BM25 score) of published chunks, best first (per engine)."""
-    sql, params = conn.engine.lexical_statement(terms, phrases, limit)
-    return [(row[0], float(row[1])) for row in conn.execute(sql, params)]
+    """(chunk id, BM25 score) of published chunks in `scope`, best first (per engine):
+    the scope is a condition of the ranking statement itself, so chunks outside it never
+    take a place in the top `limit`."""
+    scoped, scope_params = scope_filter(scope)
+    sql, params = conn.engine.lexical_statement(terms, phrases, limit, scoped)
+    return [(row[0], float(row[1])) for row in conn.execute(sql, {**params, **scope_params})]
 
 
-def phrase_chunk_ids(conn: Connection, phrases: list[str]) -> set[int]:
-    """Published chunks containing every phrase (ASCII case-insensitive)."""
+def phrase_chunk_ids(conn: Connection, phrases: list[str], scope: Scope) -> set[int]:
+    """Published chunks in `scope` containing every phrase (ASCII case-insensitive)."""
     names = [f"p{i}" for i in range(len(phrases))]
-    where = " AND ".join(conn.engine.caseless_like("c.text", name) for name in names)
-    params = {name: "%" + escape_like(p) + "%" for name, p in zip(names, phrases, strict=True)}
-    return set(conn.execute(f"SELECT c.id {_PUBLISHED_CHUNKS} WHERE {where}", params).scalars())
+    scoped, params = scope_filter(scope)
+    clauses = [conn.engine.caseless_like("c.text", name) for name in names] + [scoped]
+    params |= {name: "%" + escape_like(p) + "%" for name, p in zip(names, phrases, strict=True)}
+    return set(conn.execute(f"SELECT c.id {_PUBLISHED_CHUNKS}{_where(clauses)}", params).scalars())
 
 
-def published_vectors(conn: Connection, model: str, dim: int) -> tuple[list[int], list[bytes]]:
-    """Ids and stored vectors of the published chunks embedded by `model`."""
-    sql = (
-        f"SELECT c.id, c.embedding {_PUBLISHED_CHUNKS}"
-        " WHERE c.embedding_model = :model AND c.embedding_dim = :dim"
-    )
-    rows = conn.execute(sql, {"model": model, "dim": dim}).all()
+def published_vectors(
+    conn: Connection, model: str, dim: int, scope: Scope
+) -> tuple[list[int], list[bytes]]:
+    """Ids and stored vectors of the published chunks in `scope` embedded by `model`."""
+    scoped, params = scope_filter(scope)
+    clauses = ["c.embedding_model = :model", "c.embedding_dim = :dim", scoped]
+    sql = f"SELECT c.id, c.embedding {_PUBLISHED_CHUNKS}{_where(clauses)}"
+    rows = conn.execute(sql, {**params, "model": model, "dim": dim}).all()
     return [row[0] for row in rows], [bytes(row[1]) for row in rows]
 
 
-def has_published_vectors(conn: Connection, model: str) -> bool:
-    sql = f"SELECT 1 {_PUBLISHED_CHUNKS} WHERE c.embedding_model = :model LIMIT 1"
-    return conn.execute(sql, {"model": model}).first() is not None
+def has_published_vectors(conn: Connection, model: str, scope: Scope) -> bool:
+    scoped, params = scope_filter(scope)
+    clauses = ["c.embedding_model = :model", scoped]
+    sql = f"SELECT 1 {_PUBLISHED_CHUNKS}{_where(clauses)} LIMIT 1"
+    return conn.execute(sql, {**params, "model": model}).first() is not None
 
 
 def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Any]:
@@ -359,7 +516,7 @@ def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Any]:
     if not names:
         return {}
     sql = (
-        "SELECT c.id, c.document_id, d.filename, c.revision, c.chunk_index, c.text, c.page,"
+        "SELECT c.id, c.document_id, d.base, d.filename, c.revision, c.chunk_index, c.text, c.page,"
         f" c.heading {_PUBLISHED_CHUNKS} WHERE c.id IN ({', '.join(':' + n for n in names)})"
     )
     return {row.id: row for row in conn.execute(sql, dict(zip(names, chunk_ids, strict=True)))}

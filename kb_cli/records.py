@@ -59,6 +59,7 @@ class TaskRecord:
 @dataclass
 class DocumentRecord:
     document_id: str
+    base: str
     filename: str
     content_type: str
     size_bytes: int
@@ -106,6 +107,7 @@ TASK_COLUMNS = (
 )
 DOCUMENT_COLUMNS = (
     "id",
+    "base",
     "filename",
     "content_type",
     "size_bytes",
@@ -144,6 +146,7 @@ class WorkResult:
 @dataclass
 class SearchHit:
     document_id: str
+    base: str
     filename: str
     revision: int
     chunk_index: int
@@ -174,6 +177,19 @@ class AuditRecord:
         return cls(
             row.at, row.actor, row.action, row.entity_id, row.from_status, row.to_status, row.detail
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class BaseRecord:
+    """A knowledge base: who reads it (no teams: everyone), and how many documents."""
+
+    base: str
+    teams: list[str]
+    grants: list[str]
+    documents: int
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

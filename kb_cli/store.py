@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from kb_cli.errors import InternalError, InvalidInputError
+from kb_cli.errors import ObjectTooLarge, StoreWriteError
 
 COPY_BLOCK = 1024 * 1024
 
@@ -25,14 +25,6 @@ class StoredObject:
     key: str
     size_bytes: int
     sha256: str
-
-
-class ObjectTooLarge(InvalidInputError):
-    """The file is larger than the upload limit."""
-
-
-class StoreWriteError(InternalError):
-    """The object store could not be written (full disk, read-only, permissions)."""
 
 
 class FileObjectStore:

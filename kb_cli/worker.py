@@ -23,9 +23,15 @@ from typing import Protocol
 
 from kb_cli import queries
 from kb_cli.chunking import ChunkText, chunk_blocks
-from kb_cli.db import Connection, DatabaseUnavailable, format_stamp, parse_stamp, utcnow
+from kb_cli.db import Connection, format_stamp, parse_stamp, utcnow
 from kb_cli.embeddings import to_blob
-from kb_cli.errors import BusyError, KbError, ProviderRejected, ProviderUnavailable
+from kb_cli.errors import (
+    BusyError,
+    DatabaseUnavailable,
+    KbError,
+    ProviderRejected,
+    ProviderUnavailable,
+)
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import Row, TaskRecord, WorkResult
 from kb_cli.services.context import Kb, resolve_task_id
@@ -183,7 +189,7 @@ class Worker:
         task_id = None
         if task_ref is not None:  # a prefix is resolved first, so logs carry the full id
             with self.kb.db.read() as conn:
-                task_id = resolve_task_id(conn, task_ref)
+                task_id = resolve_task_id(conn, self.kb.scope, task_ref)
         claim = self._claim(task_id)
         if claim is None:
             self.listener.missed(task_id)

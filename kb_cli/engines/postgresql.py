@@ -164,16 +164,21 @@ WORDS = "to_tsvector('kb_english', regexp_replace({text}, '[^[:alnum:]]+', ' ', 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants, so both engines rank alike
 
 
-def lexical_statement(terms: list[str], phrases: list[str], limit: int) -> tuple[str, dict]:
+def lexical_statement(
+    terms: list[str], phrases: list[str], limit: int, scope: str
+) -> tuple[str, dict]:
     """(chunk id, BM25 score) of published chunks matching any term, best first.
 
     BM25 as SQLite's FTS5 computes it: inverse document frequency over all indexed
-    chunks, term frequency from the lexeme's positions, length in words."""
+    chunks, term frequency from the lexeme's positions, length in words. Only chunks
+    whose document `d` meets `scope` are ranked."""
     params: dict[str, object] = {"query": " ".join(terms), "limit": limit}
     filters = []
     for i, phrase in enumerate(phrases):
         params[f"phrase{i}"] = "%" + escape_like(phrase) + "%"
         filters.append(" AND " + caseless_like("c.text", f"phrase{i}"))
+    if scope:  # a condition on the document `d` (queries.scope_filter)
+        filters.append(f" AND {scope}")
     words = WORDS.format(text="c.terms")
     sql = f"""
         WITH lexemes AS (

@@ -138,14 +138,19 @@ def lock_for_migration(conn: SAConnection) -> None:
     """Nothing to do: the migration's transaction is BEGIN IMMEDIATE."""
 
 
-def lexical_statement(terms: list[str], phrases: list[str], limit: int) -> tuple[str, dict]:
+def lexical_statement(
+    terms: list[str], phrases: list[str], limit: int, scope: str
+) -> tuple[str, dict]:
     """(chunk id, BM25 score) of published chunks matching any term, best first; a
-    chunk must contain every phrase verbatim (LIKE: case-insensitive for ASCII)."""
+    chunk must contain every phrase verbatim (LIKE: case-insensitive for ASCII), and its
+    document must meet `scope`."""
     params: dict[str, object] = {"match": fts_any(terms), "limit": limit}
     filters = []
     for i, phrase in enumerate(phrases):
         params[f"phrase{i}"] = "%" + escape_like(phrase) + "%"
         filters.append(" AND " + caseless_like("c.text", f"phrase{i}"))
+    if scope:  # a condition on the document `d` (queries.scope_filter)
+        filters.append(f" AND {scope}")
     sql = f"""
         SELECT c.id, -bm25(chunks_terms) AS score
         FROM chunks_terms

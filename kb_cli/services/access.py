@@ -12,27 +12,18 @@ from dataclasses import dataclass
 
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
-from kb_cli.errors import ConflictError, ForbiddenError, KbError, UsageError
-from kb_cli.lifecycle import Role
-from kb_cli.services.context import Kb, resolve_id
+from kb_cli.errors import ConflictError, ForbiddenError, KbError, NotFoundError, UsageError
+from kb_cli.permissions import Actor, Role, Rule, Scope, Target
+from kb_cli.services.context import Kb, require_base, resolve_id
 from kb_cli.transitions import audit_event
 
-VIEWER = frozenset({"status", "search", "eval", "history"})
-EDITOR = VIEWER | {"upload", "submit", "cancel", "retry"}
-REVIEWER = EDITOR | {"publish"}
-ROLE_COMMANDS: dict[str, frozenset[str] | None] = {
-    Role.VIEWER: VIEWER,
-    Role.EDITOR: EDITOR,
-    Role.REVIEWER: REVIEWER,
-    Role.WORKER: frozenset({"status", "work"}),
-    Role.ADMIN: None,  # everything: user, doctor, reindex, db, demo
-}
 ROLES = tuple(Role)
-
-
-def may(role: str, command: str) -> bool:
-    allowed = ROLE_COMMANDS.get(role, frozenset())
-    return allowed is None or command in allowed
+EVERY_BASE = Scope()
+_KINDS = {
+    Target.DOCUMENT: ("documents",),
+    Target.TASK: ("tasks",),
+    Target.TASK_OR_DOCUMENT: ("tasks", "documents"),
+}
 
 
 @dataclass(frozen=True)
@@ -40,35 +31,80 @@ class NewUser:
     user: str
     role: str
     token: str
+    teams: list[str]
 
-    def to_dict(self) -> dict[str, str]:
-        return {"user": self.user, "role": self.role, "token": self.token}
+    def to_dict(self) -> dict:
+        return {"user": self.user, "role": self.role, "token": self.token, "teams": self.teams}
 
 
-def authorize(kb: Kb, command: str, target: str | None = None) -> None:
-    """Check KB_TOKEN against the command; a refusal is recorded, then raised."""
-    token = os.environ.get("KB_TOKEN", "")
+def authorize(kb: Kb, rule: Rule, target: str | None = None) -> Actor:
+    """The one guard, run before a command changes anything: the caller's role must be
+    one of the rule's, and what the command names (a document, a task, a base) must lie
+    in a base the caller may read. Returns the caller; a refusal is written to the audit
+    trail (who, what, why) and raised: `forbidden` for the role, `not_found` for a base
+    the caller may not read, exactly as if the target did not exist."""
     with kb.db.read() as conn:
         if not queries.admin_exists(conn):
-            return  # open mode: a single person on a laptop
-        user = _user_for_token(conn, token)
-    if user is not None and may(user.role, command):
-        kb.actor = user.name
-        return
+            return kb.actor  # open mode: a single person on a laptop reads every base
+        actor, refusal = _check_role(conn, rule)
+        if refusal is None and rule.acts_on is not None and target is not None:
+            refusal = _hidden_target(conn, actor, rule.acts_on, target)
+    if refusal is None:
+        return actor
+    entity, error, why = refusal
+    if entity is None and target is not None:
+        entity = f"base:{target}" if rule.acts_on == Target.BASE else target
+    record_refusal(kb, actor.name, rule.command, entity, why)
+    raise error
+
+
+def _check_role(conn: Connection, rule: Rule) -> tuple[Actor, tuple | None]:
+    """The caller, and (None, forbidden, why) when the token or its role refuses."""
+    token = os.environ.get("KB_TOKEN", "")
+    user = _user_for_token(conn, token)
     if user is None:
-        reason = "KB_TOKEN is missing" if not token else "KB_TOKEN is not a valid token"
-    else:
-        reason = f"role {user.role} may not run {command}"
-    kb.actor = user.name if user else "anonymous"
-    record_refusal(kb, command, target, reason)
-    raise ForbiddenError(f"forbidden: {reason}")
+        why = "KB_TOKEN is missing" if not token else "KB_TOKEN is not a valid token"
+        return Actor("anonymous"), (None, ForbiddenError(f"forbidden: {why}"), why)
+    actor = Actor(user.name, Role(user.role))
+    if actor.role in rule.roles:
+        return actor, None
+    why = f"role {user.role} may not run {rule.command}"
+    return actor, (None, ForbiddenError(f"forbidden: {why}"), why)
 
 
-def add_user(kb: Kb, name: str, role: str) -> NewUser:
-    if role not in ROLE_COMMANDS:
+def _hidden_target(
+    conn: Connection, actor: Actor, acts_on: Target, target: str
+) -> tuple[str, KbError, str] | None:
+    """(entity, not_found, why) when `target` exists but outside the actor's bases; a
+    target that does not exist at all raises its not_found here, unaudited."""
+    try:
+        if acts_on == Target.BASE:
+            require_base(conn, actor.scope(), target)
+        else:
+            resolve_id(conn, actor.scope(), target, *_KINDS[acts_on])
+        return None
+    except NotFoundError as error:
+        if acts_on == Target.BASE:
+            if not queries.base_exists(conn, target):
+                raise
+            base, entity = target, f"base:{target}"
+        else:
+            try:  # the same lookup over every base, for the audit trail only
+                entity = resolve_id(conn, EVERY_BASE, target, *_KINDS[acts_on])[1]
+            except KbError:  # missing, or ambiguous only among rows the caller cannot see
+                raise error from None
+            base = queries.base_of(conn, entity)
+        return entity, error, f"base {base} is not readable by {actor.name}"
+
+
+def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> NewUser:
+    from kb_cli.services.bases import check_names
+
+    if role not in ROLES:
         raise UsageError(f"unknown role {role!r}; one of: {', '.join(ROLES)}")
     if not name or len(name) > 100 or not name.isprintable() or name.strip() != name:
         raise UsageError("a user name is 1 to 100 printable characters")
+    teams = check_names(teams or [], "team")
     import secrets  # token modules load only where tokens are made or checked (~8 ms)
 
     token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
@@ -88,10 +124,13 @@ def add_user(kb: Kb, name: str, role: str) -> NewUser:
             token_hash=_hash(salt, secret),
             created_at=now,
         )
+        queries.insert_teams(conn, teams, now)
+        queries.insert_user_teams(conn, name, teams)
+        detail = f"role {role}" + (f", teams {', '.join(teams)}" if teams else "")
         queries.insert_audit_events(
-            conn, [audit_event(kb.actor, "user_add", name, None, role, f"role {role}", now)]
+            conn, [audit_event(kb.actor.name, "user_add", name, None, role, detail, now)]
         )
-    return NewUser(name, role, f"kb_{token_id}_{secret}")
+    return NewUser(name, role, f"kb_{token_id}_{secret}", teams)
 
 
 def _user_for_token(conn: Connection, token: str):
@@ -113,21 +152,22 @@ def _hash(salt: str, secret: str) -> str:
     return hashlib.sha256(f"{salt}:{secret}".encode()).hexdigest()
 
 
-def record_refusal(kb: Kb, command: str, target: str | None, reason: str) -> None:
+def record_refusal(kb: Kb, actor: str, command: str, target: str | None, reason: str) -> None:
     """Best effort: a refusal is reported even if it cannot be logged (busy, read-only)."""
     try:
         with kb.db.write() as conn:
             entity = _entity_for(conn, target) or f"command:{command}"
-            event = audit_event(kb.actor, "refused", entity, detail=f"{command}: {reason}")
+            event = audit_event(actor, "refused", entity, detail=f"{command}: {reason}")
             queries.insert_audit_events(conn, [event])
     except Exception:
         pass
 
 
 def _entity_for(conn: Connection, target: str | None) -> str | None:
+    """The full id a target names, over every base: the audit trail is complete."""
     if not target:
         return None
     try:
-        return resolve_id(conn, target, "tasks", "documents")[1]
+        return resolve_id(conn, EVERY_BASE, target, "tasks", "documents")[1]
     except KbError:
         return target

@@ -3,6 +3,7 @@ provider, the caller."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import getpass
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from kb_cli.config import Settings
 from kb_cli.db import Connection, Database
 from kb_cli.embeddings import Embedder, make_embedder
 from kb_cli.errors import InvalidInputError, NoKnowledgeBaseYet, NotFoundError, UsageError
+from kb_cli.permissions import Actor, Scope
 from kb_cli.queries import MIN_PREFIX
 from kb_cli.store import FileObjectStore
 
@@ -22,7 +24,7 @@ class Kb:
     settings: Settings
     db: Database
     store: FileObjectStore
-    actor: str
+    actor: Actor
 
     @functools.cached_property
     def embedder(self) -> Embedder | None:
@@ -39,7 +41,18 @@ class Kb:
             _prepare_sqlite_home(settings, create)
         db = Database(settings.database_url, settings.busy_timeout_seconds)
         db.ensure_schema()
-        return cls(settings, db, FileObjectStore(settings.object_store), actor or _login())
+        store = FileObjectStore(settings.object_store)
+        return cls(settings, db, store, Actor(actor or _login()))
+
+    def acting_as(self, actor: Actor) -> Kb:
+        """This context for the caller the guard established (the guard never mutates a
+        context: it returns the actor, and the command builds its own)."""
+        return dataclasses.replace(self, actor=actor)
+
+    @property
+    def scope(self) -> Scope:
+        """Every base the caller may read."""
+        return self.actor.scope()
 
 
 def _prepare_sqlite_home(settings: Settings, create: bool) -> None:
@@ -70,14 +83,16 @@ def _login() -> str:
         return "local"
 
 
-def resolve_id(conn: Connection, ref: str, *kinds: str) -> tuple[str, str]:
-    """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks")."""
+def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[str, str]:
+    """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks") in
+    `scope`: a row the caller may not read is not found, and never makes a prefix
+    ambiguous."""
     matches = []
     for kind in kinds:
-        getter = queries.get_document if kind == "documents" else queries.get_task
-        if getter(conn, ref) is not None:
+        found = queries.find_ids(conn, kind, ref, scope)
+        if ref in found:
             return kind, ref
-        matches += [(kind, found) for found in queries.find_ids_by_prefix(conn, kind, ref)]
+        matches += [(kind, found_id) for found_id in found]
     if len(matches) > 1:
         raise InvalidInputError(f"id prefix {ref!r} is ambiguous; give more characters")
     if not matches:
@@ -87,9 +102,15 @@ def resolve_id(conn: Connection, ref: str, *kinds: str) -> tuple[str, str]:
     return matches[0]
 
 
-def resolve_document_id(conn: Connection, ref: str) -> str:
-    return resolve_id(conn, ref, "documents")[1]
+def resolve_document_id(conn: Connection, scope: Scope, ref: str) -> str:
+    return resolve_id(conn, scope, ref, "documents")[1]
 
 
-def resolve_task_id(conn: Connection, ref: str) -> str:
-    return resolve_id(conn, ref, "tasks")[1]
+def resolve_task_id(conn: Connection, scope: Scope, ref: str) -> str:
+    return resolve_id(conn, scope, ref, "tasks")[1]
+
+
+def require_base(conn: Connection, scope: Scope, name: str) -> None:
+    """A base the caller may read, or not_found exactly as if it did not exist."""
+    if not queries.base_exists(conn, name, scope):
+        raise NotFoundError(f"no knowledge base named {name!r}")

@@ -42,7 +42,12 @@ class DoctorReport:
 def check(kb: Kb, repair: bool = False) -> DoctorReport:
     """Find every broken invariant; with `repair`, fix the safe ones and say so."""
     with kb.db.read() as conn:
-        found = [*_status_pairs(conn), *_stray_chunks(conn), *_expired_leases(conn)]
+        found = [
+            *_status_pairs(conn),
+            *_stray_chunks(conn),
+            *_expired_leases(conn),
+            *_base_access(conn),
+        ]
         referenced = set(conn.execute("SELECT object_key FROM documents").scalars())
     found += _objects(kb, referenced)
     report = DoctorReport()
@@ -122,6 +127,21 @@ def _expired_leases(conn: Connection) -> list[Problem]:
         )
         for task in conn.execute(query, {"now": utcnow()})
     ]
+
+
+def _base_access(conn: Connection) -> list[Problem]:
+    """Every document in an existing base; no team restriction or grant naming a team or
+    user that does not exist. Reported, never repaired: each fix would change who reads
+    what (a document's base, a base's readers), which is for a person to decide."""
+    problems = [
+        Problem("missing_base", row.id, f"the document's base {row.base!r} does not exist")
+        for row in queries.documents_in_missing_bases(conn)
+    ]
+    problems += [
+        Problem("dangling_access", f"base:{row.base}", f"{row.kind} {row.name!r} does not exist")
+        for row in queries.dangling_base_access(conn)
+    ]
+    return problems
 
 
 def _objects(kb: Kb, referenced: set[str]) -> list[Problem]:

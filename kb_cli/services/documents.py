@@ -12,8 +12,9 @@ from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, SUBMITTABLE, DocStatus, Stage, TaskStatus
 from kb_cli.parsers import FileKind, kind_for_filename
+from kb_cli.permissions import DEFAULT_BASE
 from kb_cli.records import DocumentRecord, TaskRecord
-from kb_cli.services.context import Kb, resolve_document_id
+from kb_cli.services.context import Kb, require_base, resolve_document_id
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document
 
@@ -29,20 +30,21 @@ class _Upload:
         return _shown(self.path.name)
 
 
-def upload_files(kb: Kb, paths: list[Path], submit: bool = False) -> list:
-    """Store each file as a draft document (and submit it); all or nothing."""
+def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> list:
+    """Store each file as a draft document of `base` (and submit it); all or nothing."""
     if not paths:
         raise UsageError("give at least one file to upload")
     uploads = _check_files(paths, kb.settings.max_upload_bytes)
     stored = _store_all(kb, uploads)
     try:
         with kb.db.write() as conn:
+            require_base(conn, kb.scope, base)
             ids = [
-                _insert_document(conn, kb.actor, up, obj)
+                _insert_document(conn, kb.actor.name, base, up, obj)
                 for up, obj in zip(uploads, stored, strict=True)
             ]
             if submit:
-                task_ids = [_submit(conn, kb.actor, document_id) for document_id in ids]
+                task_ids = [_submit(conn, kb.actor.name, document_id) for document_id in ids]
                 return [TaskRecord.from_row(queries.get_task(conn, t)) for t in task_ids]
             return [document_record(conn, document_id) for document_id in ids]
     except BaseException:
@@ -55,7 +57,7 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
     """Give a draft, failed or published document a new source file and revision."""
     [upload] = _check_files([path], kb.settings.max_upload_bytes)
     with kb.db.read() as conn:
-        document_id = resolve_document_id(conn, document_ref)
+        document_id = resolve_document_id(conn, kb.scope, document_ref)
         _require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
     [obj] = _store_all(kb, [upload])
     try:
@@ -71,7 +73,7 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
                 conn,
                 document,
                 DocStatus(new_status),
-                actor=kb.actor,
+                actor=kb.actor.name,
                 action="replace",
                 required=True,
                 detail=f"revision {document.revision + 1}",
@@ -93,15 +95,15 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
 
 def submit_document(kb: Kb, document_ref: str) -> TaskRecord:
     with kb.db.write() as conn:
-        document_id = resolve_document_id(conn, document_ref)
-        task_id = _submit(conn, kb.actor, document_id)
+        document_id = resolve_document_id(conn, kb.scope, document_ref)
+        task_id = _submit(conn, kb.actor.name, document_id)
         return TaskRecord.from_row(queries.get_task(conn, task_id))
 
 
 def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -> DocumentRecord:
     """review_pending -> published: move the published revision pointer in one step."""
     with kb.db.write() as conn:
-        document_id = resolve_document_id(conn, document_ref)
+        document_id = resolve_document_id(conn, kb.scope, document_ref)
         document = queries.get_document(conn, document_id, lock=True)
         _require_status(document, PUBLISHABLE, "publish")
         if if_version is not None and if_version != document.version:
@@ -112,7 +114,7 @@ def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -
             conn,
             document,
             DocStatus.PUBLISHED,
-            actor=kb.actor,
+            actor=kb.actor.name,
             action="publish",
             detail=f"revision {document.revision}",
             if_version=if_version,
@@ -135,7 +137,7 @@ def list_document_records(
     kb: Kb, status: str | None = None, error_code: str | None = None
 ) -> list[DocumentRecord]:
     with kb.db.read() as conn:
-        rows = queries.list_documents(conn, status, error_code)
+        rows = queries.list_documents(conn, status, error_code, scope=kb.scope)
     return [DocumentRecord.from_listing(row) for row in rows]
 
 
@@ -189,12 +191,15 @@ def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
     return stored
 
 
-def _insert_document(conn: Connection, actor: str, upload: _Upload, obj: StoredObject) -> str:
+def _insert_document(
+    conn: Connection, actor: str, base: str, upload: _Upload, obj: StoredObject
+) -> str:
     document_id = str(uuid.uuid4())
     now = utcnow()
     queries.insert_document(
         conn,
         id=document_id,
+        base=base,
         filename=upload.filename,
         content_type=upload.kind.content_type,
         size_bytes=obj.size_bytes,
@@ -292,4 +297,4 @@ def _require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None
 
 def document_record_for(kb: Kb, document_ref: str) -> DocumentRecord:
     with kb.db.read() as conn:
-        return document_record(conn, resolve_document_id(conn, document_ref))
+        return document_record(conn, resolve_document_id(conn, kb.scope, document_ref))

@@ -92,9 +92,10 @@ def _names(value) -> list[str]:
 
 
 def evaluate(
-    kb: Kb, questions: list[Question], k: int = 3
+    kb: Kb, questions: list[Question], k: int = 3, base: str | None = None
 ) -> tuple[list[QuestionResult], EvalSummary]:
-    results = [_ask(kb, question, k) for question in questions]
+    """Each question searched as the caller, in the bases the caller may read (or `base`)."""
+    results = [_ask(kb, question, k, base) for question in questions]
     count = len(results)
     reciprocal = [1 / r.first_expected_rank if r.first_expected_rank else 0.0 for r in results]
     recall = [
@@ -113,8 +114,8 @@ def evaluate(
     return results, summary
 
 
-def _ask(kb: Kb, question: Question, k: int) -> QuestionResult:
-    hits = search(kb, question.question, limit=k, per_document=True).hits
+def _ask(kb: Kb, question: Question, k: int, base: str | None) -> QuestionResult:
+    hits = search(kb, question.question, limit=k, per_document=True, base=base).hits
     # A document answers to its filename and to its id.
     names = [{hit.filename, hit.document_id} for hit in hits]
     rank = next(

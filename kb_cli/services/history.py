@@ -9,7 +9,7 @@ from kb_cli.services.context import Kb, resolve_id
 
 def history(kb: Kb, ref: str) -> list[AuditRecord]:
     with kb.db.read() as conn:
-        kind, entity_id = resolve_id(conn, ref, "documents", "tasks")
+        kind, entity_id = resolve_id(conn, kb.scope, ref, "documents", "tasks")
         ids = [entity_id]
         if kind == "documents":
             ids += queries.task_ids_of_document(conn, entity_id)

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from kb_cli import queries
 from kb_cli.embeddings import from_blobs
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
+from kb_cli.permissions import Scope
 from kb_cli.ranking import Scored, SearchMode, best_per_document, fuse, single, top_similar
 from kb_cli.records import SearchHit
-from kb_cli.services.context import Kb
+from kb_cli.services.context import Kb, require_base
 from kb_cli.textsearch import Query, parse_query, snippet
 
 MODES = tuple(SearchMode)
@@ -31,7 +32,10 @@ def search(
     limit: int = 10,
     mode: str | None = None,
     per_document: bool = False,
+    base: str | None = None,
 ) -> SearchResult:
+    """Ranks published chunks of the bases the caller may read (narrowed to `base`);
+    the scope is part of every candidate query, so it is decided before any scoring."""
     if not text.strip():
         raise UsageError("the search query is empty")
     if mode is not None and mode not in MODES:
@@ -44,17 +48,20 @@ def search(
         raise UsageError(f"--mode {mode} needs embeddings, which are off (KB_EMBEDDINGS=none)")
     depth = max(CANDIDATES, 3 * limit) * (3 if per_document else 1)
     result = SearchResult([], mode or "hybrid")
+    scope = kb.actor.scope(base)
     with kb.db.read() as conn:
+        if base is not None:
+            require_base(conn, scope, base)
         if mode is None and (
-            embedder is None or not queries.has_published_vectors(conn, embedder.model)
+            embedder is None or not queries.has_published_vectors(conn, embedder.model, scope)
         ):
             result.mode = "lexical"
         lexical: list[Scored] = []
         if result.mode != "vector" and query.terms:
-            lexical = queries.lexical_ranking(conn, query.terms, query.phrases, depth)
+            lexical = queries.lexical_ranking(conn, query.terms, query.phrases, depth, scope)
         vector: list[Scored] = []
         if result.mode != "lexical":
-            vector = _vector_ranking(kb, conn, text, query, depth, result)
+            vector = _vector_ranking(kb, conn, text, query, depth, scope, result)
         if result.mode == "hybrid":
             ranked = fuse(lexical, vector)
         else:
@@ -67,7 +74,9 @@ def search(
     return result
 
 
-def _vector_ranking(kb, conn, text: str, query: Query, depth: int, result: SearchResult):
+def _vector_ranking(
+    kb, conn, text: str, query: Query, depth: int, scope: Scope, result: SearchResult
+):
     """Published chunks embedded by the configured model, most similar first, above
     the similarity floor. A provider that fails turns hybrid into lexical, with a
     warning; `--mode vector` reports the failure."""
@@ -80,7 +89,7 @@ def _vector_ranking(kb, conn, text: str, query: Query, depth: int, result: Searc
         result.mode = "lexical"
         result.warnings.append(f"{error.message}; searched by words only")
         return []
-    chunk_ids, blobs = queries.published_vectors(conn, embedder.model, len(query_vector))
+    chunk_ids, blobs = queries.published_vectors(conn, embedder.model, len(query_vector), scope)
     if not chunk_ids:
         return []
     ranked = top_similar(
@@ -91,7 +100,7 @@ def _vector_ranking(kb, conn, text: str, query: Query, depth: int, result: Searc
         depth,
     )
     if query.phrases:
-        containing = queries.phrase_chunk_ids(conn, query.phrases)
+        containing = queries.phrase_chunk_ids(conn, query.phrases, scope)
         ranked = [item for item in ranked if item[0] in containing]
     return ranked
 
@@ -99,6 +108,7 @@ def _vector_ranking(kb, conn, text: str, query: Query, depth: int, result: Searc
 def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHit:
     return SearchHit(
         document_id=row.document_id,
+        base=row.base,
         filename=row.filename,
         revision=row.revision,
         chunk_index=row.chunk_index,

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
-from kb_cli.errors import BusyError, ConflictError
+from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
     CANCELLABLE,
     RETRYABLE_DOC,
@@ -16,6 +16,7 @@ from kb_cli.lifecycle import (
     DocStatus,
     TaskStatus,
 )
+from kb_cli.permissions import Scope
 from kb_cli.records import DocumentRecord, TaskRecord
 from kb_cli.services.context import Kb, resolve_id
 from kb_cli.services.documents import document_record
@@ -27,7 +28,7 @@ WAIT_POLL_SECONDS = 0.2
 def get_record(kb: Kb, ref: str) -> DocumentRecord | TaskRecord:
     """The task record for a task id, the document record for a document id."""
     with kb.db.read() as conn:
-        kind, entity_id = resolve_id(conn, ref, "tasks", "documents")
+        kind, entity_id = resolve_id(conn, kb.scope, ref, "tasks", "documents")
         if kind == "tasks":
             return TaskRecord.from_row(queries.get_task(conn, entity_id))
         return document_record(conn, entity_id)
@@ -45,7 +46,7 @@ def wait_for_task(
 ) -> TaskRecord:
     """Poll the database until the task (or the document's latest task) ends."""
     with kb.db.read() as conn:
-        task_id = _task_id_for(conn, ref)
+        task_id = _task_id_for(conn, kb.scope, ref)
         task = TaskRecord.from_row(queries.get_task(conn, task_id))
         document = queries.get_document(conn, task.document_id)
     if watcher is not None:
@@ -64,21 +65,11 @@ def wait_for_task(
         time.sleep(WAIT_POLL_SECONDS)
 
 
-class WaitTimeout(BusyError):
-    """The task did not end before the timeout; safe to wait again."""
-
-    def __init__(self, record: TaskRecord) -> None:
-        super().__init__(
-            f"timed out waiting for task {record.task_id}: still {record.status}; safe to run again"
-        )
-        self.record = record
-
-
 def cancel_task(kb: Kb, ref: str) -> TaskRecord:
     """queued/running/retry_wait -> cancelled; the document goes back to draft. A
     document id stands for its latest task."""
     with kb.db.write() as conn:
-        task_id = _task_id_for(conn, ref)
+        task_id = _task_id_for(conn, kb.scope, ref)
         task = queries.get_task(conn, task_id, lock=True)
         if task.status not in CANCELLABLE:
             raise ConflictError(
@@ -90,7 +81,7 @@ def cancel_task(kb: Kb, ref: str) -> TaskRecord:
             conn,
             task,
             TaskStatus.CANCELLED,
-            actor=kb.actor,
+            actor=kb.actor.name,
             action="cancel",
             required=True,
             lease_expires_at=None,
@@ -106,7 +97,7 @@ def cancel_task(kb: Kb, ref: str) -> TaskRecord:
                 conn,
                 document,
                 DocStatus.DRAFT,
-                actor=kb.actor,
+                actor=kb.actor.name,
                 action="cancel",
                 required=True,
                 detail=f"task {task_id}",
@@ -118,26 +109,26 @@ def cancel_task(kb: Kb, ref: str) -> TaskRecord:
 def retry_task(kb: Kb, ref: str) -> TaskRecord:
     """failed/failed -> queued/processing, on the same task row, attempt unchanged."""
     with kb.db.write() as conn:
-        task_id = _task_id_for(conn, ref)
-        _requeue(conn, kb.actor, task_id)
+        task_id = _task_id_for(conn, kb.scope, ref)
+        _requeue(conn, kb.actor.name, task_id)
         return TaskRecord.from_row(queries.get_task(conn, task_id))
 
 
 def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
     with kb.db.write() as conn:
         records = []
-        for task_id in queries.failed_task_ids(conn, error_code):
+        for task_id in queries.failed_task_ids(conn, error_code, kb.scope):
             try:
-                _requeue(conn, kb.actor, task_id)
+                _requeue(conn, kb.actor.name, task_id)
             except ConflictError:
                 continue  # e.g. an older failed task of a document that moved on
             records.append(TaskRecord.from_row(queries.get_task(conn, task_id)))
         return records
 
 
-def _task_id_for(conn: Connection, ref: str) -> str:
+def _task_id_for(conn: Connection, scope: Scope, ref: str) -> str:
     """A task id, or a document id standing for its latest task."""
-    kind, entity_id = resolve_id(conn, ref, "tasks", "documents")
+    kind, entity_id = resolve_id(conn, scope, ref, "tasks", "documents")
     if kind == "tasks":
         return entity_id
     document = queries.get_document(conn, entity_id)

@@ -1,0 +1,73 @@
+"""Who may run what, and where (contract sections 8 and 9), as data.
+
+A command declares a `Rule`: the roles that may run it and what it acts on (a
+document, a task, either, or a base it names). The guard in `services.access`
+checks both before anything changes and returns the `Actor`; queries take the
+actor's `Scope`, so every read path filters to readable bases inside its SQL.
+
+Kept free of heavy imports: `kb --help` builds every command's rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"
+    EDITOR = "editor"
+    REVIEWER = "reviewer"
+    WORKER = "worker"
+    ADMIN = "admin"
+
+
+READERS = frozenset({Role.VIEWER, Role.EDITOR, Role.REVIEWER, Role.ADMIN})
+EDITORS = frozenset({Role.EDITOR, Role.REVIEWER, Role.ADMIN})
+REVIEWERS = frozenset({Role.REVIEWER, Role.ADMIN})
+WORKERS = frozenset({Role.WORKER, Role.ADMIN})
+ADMINS = frozenset({Role.ADMIN})
+STATUS_READERS = READERS | {Role.WORKER}
+# Roles whose work spans every base: admins manage everything, workers process the
+# tasks of every base.
+READ_EVERY_BASE = frozenset({Role.ADMIN, Role.WORKER})
+DEFAULT_BASE = "default"
+
+
+class Target(StrEnum):
+    """What the id a command names refers to; its base decides where it acts."""
+
+    DOCUMENT = "document"
+    TASK = "task"
+    TASK_OR_DOCUMENT = "task_or_document"
+    BASE = "base"
+
+
+@dataclass(frozen=True)
+class Rule:
+    command: str
+    roles: frozenset[Role]
+    acts_on: Target | None = None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which bases a read may see: `reader` None means every base; `base` narrows to one."""
+
+    reader: str | None = None
+    base: str | None = None
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The caller, as the guard established it. `role` None: open mode (no admin yet)."""
+
+    name: str
+    role: Role | None = None
+
+    @property
+    def reads_every_base(self) -> bool:
+        return self.role is None or self.role in READ_EVERY_BASE
+
+    def scope(self, base: str | None = None) -> Scope:
+        return Scope(None if self.reads_every_base else self.name, base)

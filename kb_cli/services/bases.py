@@ -1,0 +1,98 @@
+"""Knowledge bases (contract section 9): create, list, describe, grant, move a document.
+
+A base with no team is readable by the whole company; with teams, by their members and
+by users granted it. Who reads a base is checked inside every query (queries.scope_filter).
+"""
+
+from __future__ import annotations
+
+import re
+
+from kb_cli import queries
+from kb_cli.db import utcnow
+from kb_cli.errors import ConflictError, NotFoundError, UsageError
+from kb_cli.records import BaseRecord, DocumentRecord
+from kb_cli.services.context import Kb, require_base, resolve_document_id
+from kb_cli.services.documents import document_record
+from kb_cli.transitions import audit_event
+
+# Names that read well in a shell: no spaces, quotes or leading dash.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_names(names: list[str], noun: str) -> list[str]:
+    """Base and team names, deduplicated in order; a bad one is a usage error."""
+    for name in names:
+        if not _NAME.fullmatch(name):
+            raise UsageError(
+                f"a {noun} name is 1 to 100 letters, digits, '.', '_' or '-', "
+                f"starting with a letter or digit: {name!r}"
+            )
+    return list(dict.fromkeys(names))
+
+
+def create_base(kb: Kb, name: str, teams: list[str]) -> BaseRecord:
+    [name] = check_names([name], "base")
+    teams = check_names(teams, "team")
+    now = utcnow()
+    with kb.db.write() as conn:
+        if queries.base_exists(conn, name):
+            raise ConflictError(f"knowledge base {name!r} already exists")
+        queries.insert_base(conn, name, now)
+        queries.insert_teams(conn, teams, now)
+        queries.insert_base_teams(conn, name, teams)
+        readers = f"teams {', '.join(teams)}" if teams else "company-wide"
+        event = audit_event(kb.actor.name, "base_create", f"base:{name}", detail=readers, at=now)
+        queries.insert_audit_events(conn, [event])
+    return BaseRecord(name, teams, [], 0)
+
+
+def list_bases(kb: Kb, name: str | None = None) -> list[BaseRecord]:
+    """Every base the caller may read (or the one named: not_found if unreadable)."""
+    scope = kb.actor.scope(name)
+    with kb.db.read() as conn:
+        if name is not None:
+            require_base(conn, scope, name)
+        rows = queries.list_bases(conn, scope)
+        teams, grants = queries.base_members(conn)
+    return [
+        BaseRecord(
+            row.base,
+            [team.team for team in teams if team.base == row.base],
+            [grant.user_name for grant in grants if grant.base == row.base],
+            row.documents,
+        )
+        for row in rows
+    ]
+
+
+def grant_base(kb: Kb, name: str, user: str) -> BaseRecord:
+    """Give one user read access to a base (and write access as far as their role
+    allows). Granting twice changes nothing."""
+    with kb.db.write() as conn:
+        require_base(conn, kb.scope, name)
+        if queries.get_user(conn, user) is None:
+            raise NotFoundError(f"no user named {user!r}")
+        if queries.insert_grant(conn, name, user):
+            event = audit_event(kb.actor.name, "grant", f"base:{name}", detail=f"user {user}")
+            queries.insert_audit_events(conn, [event])
+    [record] = list_bases(kb, name)
+    return record
+
+
+def move_document(kb: Kb, document_ref: str, base: str) -> DocumentRecord:
+    """Put a document (all its revisions and tasks) into another base, audited."""
+    with kb.db.write() as conn:
+        document_id = resolve_document_id(conn, kb.scope, document_ref)
+        require_base(conn, kb.scope, base)
+        document = queries.get_document(conn, document_id, lock=True)
+        if document.base == base:
+            raise ConflictError(f"document {document_id} is already in {base!r}")
+        now = utcnow()
+        if queries.move_to_base(conn, document_id, document.base, base, now) is None:
+            raise ConflictError(f"document {document_id} changed meanwhile; try again")
+        event = audit_event(
+            kb.actor.name, "move", document_id, detail=f"base {document.base} -> {base}", at=now
+        )
+        queries.insert_audit_events(conn, [event])
+        return document_record(conn, document_id)
