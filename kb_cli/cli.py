@@ -869,7 +869,12 @@ def user_add(
 
 
 base_app = typer.Typer(
-    help="Knowledge bases: who reads which documents. Every document is in one base."
+    help="""Knowledge bases: who reads which documents. Every document is in one base.
+
+    Example: kb base create engineering --team engineering && kb base grant engineering alice
+    """,
+    no_args_is_help=True,
+    context_settings=HELP_SETTINGS,
 )
 app.add_typer(base_app, name="base")
 BASE_CREATE = Rule("base", ADMINS)

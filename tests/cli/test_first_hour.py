@@ -159,7 +159,7 @@ def test_read_only_commands_leave_no_home_behind(invoke, tmp_path, args, code):
 # --- help --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("group", [(), ("user",), ("db",)])
+@pytest.mark.parametrize("group", [(), ("user",), ("db",), ("base",)])
 def test_every_group_has_an_example(invoke, group):
     result = invoke(*group, "--help")
     assert result.code == 0 and "Example" in result.stdout
