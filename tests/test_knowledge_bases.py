@@ -398,3 +398,54 @@ def test_doctor_reports_documents_without_a_base_and_access_for_nobody(invoke, t
 def test_every_base_command_has_help_with_an_example(invoke, command):
     result = invoke("base", command, "--help")
     assert result.code == 0 and "Example: kb base " + command in result.stdout
+
+
+# --- no command can forget the guard ----------------------------------------------------
+
+
+def _every_command() -> set[str]:
+    from kb_cli.cli import app
+
+    names = {command.name or command.callback.__name__ for command in app.registered_commands}
+    for group in app.registered_groups:
+        names |= {f"{group.name} {c.name}" for c in group.typer_instance.registered_commands}
+    return names
+
+
+def test_every_command_runs_the_guard(invoke, tmp_path):
+    """Once an admin exists, every command refuses a caller without a token, and the
+    refusal is in the audit trail: a new command without its rule fails here."""
+    ok(invoke("user", "add", "root", "--role", "admin", "--json"))
+    note, questions = tmp_path / "n.txt", tmp_path / "q.jsonl"
+    note.write_text("guarded")
+    questions.write_text('{"question": "q", "expected": ["n.txt"]}\n')
+    some_id = str(uuid.uuid4())
+    args = {
+        "upload": [str(note)],
+        "submit": [some_id],
+        "status": [],
+        "cancel": [some_id],
+        "retry": [some_id],
+        "work": [],
+        "publish": [some_id],
+        "search": ["guarded"],
+        "eval": [str(questions)],
+        "reindex": ["--embeddings"],
+        "doctor": [],
+        "history": [some_id],
+        "demo": [],
+        "user add": ["bob", "--role", "viewer"],
+        "base create": ["eng"],
+        "base list": [],
+        "base show": ["default"],
+        "base grant": ["default", "root"],
+        "base move": [some_id, "default"],
+        "db upgrade": [],
+    }
+    assert set(args) == _every_command()
+    for command, rest in args.items():
+        result = invoke(*command.split(), *rest, "--json")
+        assert (result.code, result.error["error"]) == (5, "forbidden"), command
+        [last] = db_rows("SELECT * FROM audit_events ORDER BY id DESC LIMIT 1")
+        assert last["action"] == "refused" and last["actor"] == "anonymous", command
+        assert last["detail"] == f"{command.split()[0]}: KB_TOKEN is missing", command

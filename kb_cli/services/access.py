@@ -14,6 +14,7 @@ from kb_cli import queries
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, ForbiddenError, KbError, NotFoundError, UsageError
 from kb_cli.permissions import Actor, Role, Rule, Scope, Target
+from kb_cli.services.bases import check_names
 from kb_cli.services.context import Kb, require_base, resolve_id
 from kb_cli.transitions import audit_event
 
@@ -98,8 +99,6 @@ def _hidden_target(
 
 
 def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> NewUser:
-    from kb_cli.services.bases import check_names
-
     if role not in ROLES:
         raise UsageError(f"unknown role {role!r}; one of: {', '.join(ROLES)}")
     if not name or len(name) > 100 or not name.isprintable() or name.strip() != name:
