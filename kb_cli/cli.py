@@ -21,6 +21,7 @@ from kb_cli import __version__, console
 from kb_cli.errors import ConflictError, KbError, UsageError, WaitTimeout
 from kb_cli.permissions import (
     ADMINS,
+    BASE_PREFIX,
     DEFAULT_BASE,
     EDITORS,
     READERS,
@@ -656,12 +657,18 @@ def doctor(
 
 
 HISTORY = Rule("history", READERS, Target.TASK_OR_DOCUMENT)
+BASE_HISTORY = Rule("history", READERS, Target.BASE)
 
 
 @app.command()
 def history(
     ctx: typer.Context,
-    entity_id: Annotated[str, typer.Argument(metavar="ID", help="Document or task id.")],
+    entity_id: Annotated[
+        str,
+        typer.Argument(
+            metavar="ID", help="Document or task id, or base:NAME for a knowledge base."
+        ),
+    ],
     json_out: JsonFlag = False,
 ) -> None:
     """The audit trail of a document (with its tasks) or a task, oldest first.
@@ -672,7 +679,9 @@ def history(
     """
     from kb_cli.services.history import history as history_service
 
-    events = history_service(_open(ctx, HISTORY, entity_id), entity_id)
+    base = entity_id.removeprefix(BASE_PREFIX) if entity_id.startswith(BASE_PREFIX) else None
+    kb = _open(ctx, HISTORY, entity_id) if base is None else _open(ctx, BASE_HISTORY, base)
+    events = history_service(kb, entity_id)
     if json_out:
         console.print_records(events, True)
     else:

@@ -198,6 +198,12 @@ def test_granting_and_moving_change_who_reads_a_document(invoke, company):
     assert events[-1]["action"] == "move" and events[-1]["actor"] == "root"
     assert events[-1]["detail"] == "base engineering -> sales"
     assert invoke("base", "move", oncall, "sales", token=tokens["admin"]).code == 4
+    base_events = ok(invoke("history", "base:engineering", "--json", token=tokens["fiona"]))
+    assert [(e["action"], e["detail"]) for e in base_events] == [
+        ("base_create", "teams engineering"),
+        ("grant", "user fiona"),
+    ]
+    not_found(invoke("history", "base:sales", "--json", token=tokens["fiona"]))
     not_found(invoke("base", "move", oncall, "nowhere", "--json", token=tokens["admin"]))
 
 
@@ -283,9 +289,8 @@ def test_every_role_base_and_command(invoke, two_bases, tmp_path, role, base, co
     assert refusal["actor"] == user and refusal["detail"].startswith(f"{command}: ")
     why = f"role {role} may not run {command}" if not allowed_role else f"base {base} is not"
     assert why in refusal["detail"]
-    if command != "upload":  # the refusal is in the document's own history
-        shown = ok(invoke("history", target, "--json", token=admin))
-        assert any(e["action"] == "refused" and e["actor"] == user for e in shown)
+    shown = ok(invoke("history", target, "--json", token=admin))  # a document's or base:NAME
+    assert any(e["action"] == "refused" and e["actor"] == user for e in shown)
 
 
 def test_retry_all_failed_requeues_only_readable_bases(invoke, two_bases):
