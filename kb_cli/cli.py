@@ -22,6 +22,7 @@ from kb_cli.errors import ConflictError, KbError, UsageError, WaitTimeout
 from kb_cli.lifecycle import DocStatus, ErrorCode
 from kb_cli.permissions import (
     ADMINS,
+    BASE_PREFIX,
     DEFAULT_BASE,
     EDITORS,
     READERS,
@@ -790,6 +791,7 @@ def doctor(
 
 
 HISTORY = Rule("history", READERS, Target.TASK_OR_DOCUMENT)
+BASE_HISTORY = Rule("history", READERS, Target.BASE)
 
 
 @app.command()
@@ -799,7 +801,8 @@ def history(
         str,
         typer.Argument(
             metavar="ID",
-            help="A document or task id, or a unique prefix of 6+ characters.",
+            help="A document or task id (or a unique prefix of 6+ characters), or base:NAME "
+            "for a knowledge base.",
         ),
     ],
     json_out: JsonFlag = False,
@@ -812,8 +815,12 @@ def history(
     """
     from kb_cli.services.history import history as history_service
 
-    events = history_service(_open(ctx, HISTORY, entity_id, create=False), entity_id)
-    console.print_records(events, json_out)
+    base = entity_id.removeprefix(BASE_PREFIX) if entity_id.startswith(BASE_PREFIX) else None
+    if base is None:
+        kb = _open(ctx, HISTORY, entity_id, create=False)
+    else:
+        kb = _open(ctx, BASE_HISTORY, base, create=False)
+    console.print_records(history_service(kb, entity_id), json_out)
 
 
 user_app = typer.Typer(

@@ -32,6 +32,7 @@ STATUS_READERS = READERS | {Role.WORKER}
 # tasks of every base.
 READ_EVERY_BASE = frozenset({Role.ADMIN, Role.WORKER})
 DEFAULT_BASE = "default"
+BASE_PREFIX = "base:"  # how a base is named in the audit trail (and in `kb history`)
 
 
 class Target(StrEnum):

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, ForbiddenError, KbError, NotFoundError, UsageError
-from kb_cli.permissions import Actor, Role, Rule, Scope, Target
+from kb_cli.permissions import BASE_PREFIX, Actor, Role, Rule, Scope, Target
+from kb_cli.services.bases import check_names
 from kb_cli.services.context import Kb, require_base, resolve_id
 from kb_cli.transitions import audit_event
 
@@ -53,7 +54,7 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None) -> Actor:
         return actor
     entity, error, why = refusal
     if entity is None and target is not None:
-        entity = f"base:{target}" if rule.acts_on == Target.BASE else target
+        entity = BASE_PREFIX + target if rule.acts_on == Target.BASE else target
     record_refusal(kb, actor.name, rule.command, entity, why)
     raise error
 
@@ -87,7 +88,7 @@ def _hidden_target(
         if acts_on == Target.BASE:
             if not queries.base_exists(conn, target):
                 raise
-            base, entity = target, f"base:{target}"
+            base, entity = target, BASE_PREFIX + target
         else:
             try:  # the same lookup over every base, for the audit trail only
                 entity = resolve_id(conn, EVERY_BASE, target, *_KINDS[acts_on])[1]
@@ -98,8 +99,6 @@ def _hidden_target(
 
 
 def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> NewUser:
-    from kb_cli.services.bases import check_names
-
     if role not in ROLES:
         raise UsageError(f"unknown role {role!r}; one of: {', '.join(ROLES)}")
     if not name or len(name) > 100 or not name.isprintable() or name.strip() != name:

@@ -11,6 +11,7 @@ import re
 from kb_cli import queries
 from kb_cli.db import utcnow
 from kb_cli.errors import ConflictError, NotFoundError, UsageError
+from kb_cli.permissions import BASE_PREFIX
 from kb_cli.records import BaseRecord, DocumentRecord
 from kb_cli.services.context import Kb, require_base, resolve_document_id
 from kb_cli.services.documents import document_record
@@ -42,7 +43,9 @@ def create_base(kb: Kb, name: str, teams: list[str]) -> BaseRecord:
         queries.insert_teams(conn, teams, now)
         queries.insert_base_teams(conn, name, teams)
         readers = f"teams {', '.join(teams)}" if teams else "company-wide"
-        event = audit_event(kb.actor.name, "base_create", f"base:{name}", detail=readers, at=now)
+        event = audit_event(
+            kb.actor.name, "base_create", BASE_PREFIX + name, detail=readers, at=now
+        )
         queries.insert_audit_events(conn, [event])
     return BaseRecord(name, teams, [], 0)
 
@@ -74,7 +77,7 @@ def grant_base(kb: Kb, name: str, user: str) -> BaseRecord:
         if queries.get_user(conn, user) is None:
             raise NotFoundError(f"no user named {user!r}")
         if queries.insert_grant(conn, name, user):
-            event = audit_event(kb.actor.name, "grant", f"base:{name}", detail=f"user {user}")
+            event = audit_event(kb.actor.name, "grant", BASE_PREFIX + name, detail=f"user {user}")
             queries.insert_audit_events(conn, [event])
     [record] = list_bases(kb, name)
     return record

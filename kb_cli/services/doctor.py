@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus, is_legal_pair
+from kb_cli.permissions import BASE_PREFIX
 from kb_cli.services.context import Kb
 from kb_cli.transitions import requeue_task
 
@@ -138,7 +139,9 @@ def _base_access(conn: Connection) -> list[Problem]:
         for row in queries.documents_in_missing_bases(conn)
     ]
     problems += [
-        Problem("dangling_access", f"base:{row.base}", f"{row.kind} {row.name!r} does not exist")
+        Problem(
+            "dangling_access", BASE_PREFIX + row.base, f"{row.kind} {row.name!r} does not exist"
+        )
         for row in queries.dangling_base_access(conn)
     ]
     return problems

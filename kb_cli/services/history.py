@@ -1,17 +1,23 @@
-"""`kb history`: the audit trail of a document (with its tasks) or of a task."""
+"""`kb history`: the audit trail of a document (with its tasks), of a task, or of a
+knowledge base (`base:NAME`: its creation, grants, and refused uploads into it)."""
 
 from __future__ import annotations
 
 from kb_cli import queries
+from kb_cli.permissions import BASE_PREFIX
 from kb_cli.records import AuditRecord
-from kb_cli.services.context import Kb, resolve_id
+from kb_cli.services.context import Kb, require_base, resolve_id
 
 
 def history(kb: Kb, ref: str) -> list[AuditRecord]:
     with kb.db.read() as conn:
-        kind, entity_id = resolve_id(conn, kb.scope, ref, "documents", "tasks")
-        ids = [entity_id]
-        if kind == "documents":
-            ids += queries.task_ids_of_document(conn, entity_id)
+        if ref.startswith(BASE_PREFIX):
+            require_base(conn, kb.scope, ref.removeprefix(BASE_PREFIX))
+            ids = [ref]
+        else:
+            kind, entity_id = resolve_id(conn, kb.scope, ref, "documents", "tasks")
+            ids = [entity_id]
+            if kind == "documents":
+                ids += queries.task_ids_of_document(conn, entity_id)
         rows = queries.list_audit_events(conn, ids)
     return [AuditRecord.from_row(row) for row in rows]

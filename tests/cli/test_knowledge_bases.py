@@ -198,6 +198,12 @@ def test_granting_and_moving_change_who_reads_a_document(invoke, company):
     assert events[-1]["action"] == "move" and events[-1]["actor"] == "root"
     assert events[-1]["detail"] == "base engineering -> sales"
     assert invoke("base", "move", oncall, "sales", token=tokens["admin"]).code == 4
+    base_events = ok(invoke("history", "base:engineering", "--json", token=tokens["fiona"]))
+    assert [(e["action"], e["detail"]) for e in base_events] == [
+        ("base_create", "teams engineering"),
+        ("grant", "user fiona"),
+    ]
+    not_found(invoke("history", "base:sales", "--json", token=tokens["fiona"]))
     not_found(invoke("base", "move", oncall, "nowhere", "--json", token=tokens["admin"]))
 
 
@@ -283,9 +289,8 @@ def test_every_role_base_and_command(invoke, two_bases, tmp_path, role, base, co
     assert refusal["actor"] == user and refusal["detail"].startswith(f"{command}: ")
     why = f"role {role} may not run {command}" if not allowed_role else f"base {base} is not"
     assert why in refusal["detail"]
-    if command != "upload":  # the refusal is in the document's own history
-        shown = ok(invoke("history", target, "--json", token=admin))
-        assert any(e["action"] == "refused" and e["actor"] == user for e in shown)
+    shown = ok(invoke("history", target, "--json", token=admin))  # a document's or base:NAME
+    assert any(e["action"] == "refused" and e["actor"] == user for e in shown)
 
 
 def test_retry_all_failed_requeues_only_readable_bases(invoke, two_bases):
@@ -398,3 +403,54 @@ def test_doctor_reports_documents_without_a_base_and_access_for_nobody(invoke, t
 def test_every_base_command_has_help_with_an_example(invoke, command):
     result = invoke("base", command, "--help")
     assert result.code == 0 and "Example: kb base " + command in result.stdout
+
+
+# --- no command can forget the guard ----------------------------------------------------
+
+
+def _every_command() -> set[str]:
+    from kb_cli.cli import app
+
+    names = {command.name or command.callback.__name__ for command in app.registered_commands}
+    for group in app.registered_groups:
+        names |= {f"{group.name} {c.name}" for c in group.typer_instance.registered_commands}
+    return names
+
+
+def test_every_command_runs_the_guard(invoke, tmp_path):
+    """Once an admin exists, every command refuses a caller without a token, and the
+    refusal is in the audit trail: a new command without its rule fails here."""
+    ok(invoke("user", "add", "root", "--role", "admin", "--json"))
+    note, questions = tmp_path / "n.txt", tmp_path / "q.jsonl"
+    note.write_text("guarded")
+    questions.write_text('{"question": "q", "expected": ["n.txt"]}\n')
+    some_id = str(uuid.uuid4())
+    args = {
+        "upload": [str(note)],
+        "submit": [some_id],
+        "status": [],
+        "cancel": [some_id],
+        "retry": [some_id],
+        "work": [],
+        "publish": [some_id],
+        "search": ["guarded"],
+        "eval": [str(questions)],
+        "reindex": ["--embeddings"],
+        "doctor": [],
+        "history": [some_id],
+        "demo": [],
+        "user add": ["bob", "--role", "viewer"],
+        "base create": ["eng"],
+        "base list": [],
+        "base show": ["default"],
+        "base grant": ["default", "root"],
+        "base move": [some_id, "default"],
+        "db upgrade": [],
+    }
+    assert set(args) == _every_command()
+    for command, rest in args.items():
+        result = invoke(*command.split(), *rest, "--json")
+        assert (result.code, result.error["error"]) == (5, "forbidden"), command
+        [last] = db_rows("SELECT * FROM audit_events ORDER BY id DESC LIMIT 1")
+        assert last["action"] == "refused" and last["actor"] == "anonymous", command
+        assert last["detail"] == f"{command.split()[0]}: KB_TOKEN is missing", command
