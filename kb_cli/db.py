@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kb_cli import engines
-from kb_cli.errors import BusyError, InternalError, KbError, UsageError
+from kb_cli.errors import BusyError, InternalError, KbError, StorageUnavailable, UsageError
 
 
 def utcnow() -> str:
@@ -156,7 +156,10 @@ class Database:
         except self.engine.Error as error:
             if self.engine.is_lock_error(error):
                 raise BusyError(BUSY_MESSAGE) from error
-            message = self.engine.connect_error_message(error)
+            storage = self.engine.storage_message(error)
+            if storage:
+                raise StorageUnavailable(storage) from error
+            message = self.engine.connect_error_message(error, self.url)
             if self.is_sqlite:
                 raise UsageError(message) from error
             raise DatabaseUnavailable(message) from error
@@ -192,8 +195,10 @@ class Database:
                     f"lost the connection to the database server ({name}); "
                     "run again when it is back"
                 ) from error
-            if self.is_sqlite and "readonly" in str(error).lower():
-                raise UsageError("the SQLite database is read-only for kb") from error
+            if storage := self.engine.storage_message(error):
+                raise StorageUnavailable(storage) from error
+            if damage := self.engine.problem_message(error):
+                raise UsageError(damage) from error
             raise InternalError(f"database error ({name})") from error
 
     # --- schema ----------------------------------------------------------------------
@@ -211,12 +216,24 @@ class Database:
         if version == HEAD:
             return
         self._refuse_unknown(version)
+        if version is None and self.is_sqlite:
+            self._refuse_foreign_file()
         if version is not None and not self.is_sqlite:
             raise SchemaError(
                 f"the database schema is at revision {version}, this kb needs {HEAD}: "
                 "run `kb db upgrade`"
             )
         self.upgrade()
+
+    def _refuse_foreign_file(self) -> None:
+        """A SQLite file with tables but no kb schema belongs to something else."""
+        with self.read() as conn:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").scalar()
+        if tables:
+            raise UsageError(
+                "the database file is not a kb database (it has tables but no kb schema): "
+                "point --home / --database-url at a kb database, or at a new file"
+            )
 
     def upgrade(self) -> tuple[str | None, str]:
         """Bring the schema to this kb's revision; (before, after). Alembic runs on a

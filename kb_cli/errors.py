@@ -75,6 +75,20 @@ class BusyError(KbError):
     code = "busy"
 
 
+class StorageUnavailable(KbError):
+    """The database or the object store cannot be written now (no space left, read-only).
+
+    The message names the cause and the next step. Exit 1 as the contract has no code of
+    its own for it; a worker's task waits and retries with `storage_unavailable`."""
+
+
+class DocumentTooLarge(KbError):
+    """A document exceeds a configured parsing limit; the message names the limit."""
+
+    exit_code = 6
+    code = "invalid_input"
+
+
 class ProviderUnavailable(KbError):
     """The embedding provider could not be reached, timed out, or refused for load."""
 

@@ -155,6 +155,15 @@ def admin_exists(conn: Connection) -> bool:
     return conn.execute(sql).first() is not None
 
 
+def database_id(conn: Connection) -> str | None:
+    """The random id this database was given when its schema was made (kb_meta)."""
+    return conn.execute("SELECT value FROM kb_meta WHERE key = 'database_id'").scalar()
+
+
+def document_count(conn: Connection) -> int:
+    return conn.execute(f"SELECT count(*) FROM {DOCUMENTS}").scalar()
+
+
 def get_user(conn: Connection, name: str) -> Any:
     return conn.execute(f"SELECT * FROM {USERS} WHERE name = :name", {"name": name}).first()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import getpass
+import os
 from dataclasses import dataclass
 
 from kb_cli import queries
@@ -32,9 +33,10 @@ class Kb:
     @classmethod
     def open(cls, settings: Settings, actor: str | None = None) -> Kb:
         """Connect, creating the home directory and the schema on first use."""
+        _keep_private()
         if settings.database_url.startswith("sqlite"):
             try:
-                settings.home.mkdir(parents=True, exist_ok=True)
+                settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
                 raise UsageError("the kb home is not a directory (--home / KB_HOME)") from None
             except OSError as error:
@@ -42,6 +44,13 @@ class Kb:
         db = Database(settings.database_url, settings.busy_timeout_seconds)
         db.ensure_schema()
         return cls(settings, db, FileObjectStore(settings.object_store), actor or _login())
+
+
+def _keep_private() -> None:
+    """Whatever kb creates (database, its journal, objects, directories) is readable by
+    its owner only: 0600 files, 0700 directories, or tighter if the umask says so.
+    Unpublished documents and token hashes are no other local account's business."""
+    os.umask(os.umask(0o077) | 0o077)
 
 
 def _login() -> str:
