@@ -2,11 +2,17 @@
 
 Each database write of a worker is conditioned on its claim (status running, its
 worker id, its attempt), so a worker whose task was cancelled or reclaimed writes
-nothing more. No transaction is open while the worker reads, parses or sleeps.
+nothing more. No transaction is open while the worker reads, parses or sleeps, and
+none grows with the document: chunks are written in batches of CHUNK_BATCH rows, each
+its own short transaction fenced on the claim, and the completion transaction only
+makes them the task's result. A busy database makes the worker wait and retry its
+step, never give up its task.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import random
@@ -14,18 +20,25 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kb_cli import queries
 from kb_cli.chunking import ChunkText, chunk_blocks
 from kb_cli.db import Connection, DatabaseUnavailable, format_stamp, parse_stamp, utcnow
 from kb_cli.embeddings import to_blob
-from kb_cli.errors import BusyError, KbError, ProviderRejected, ProviderUnavailable
+from kb_cli.errors import (
+    BusyError,
+    DocumentTooLarge,
+    KbError,
+    ProviderRejected,
+    ProviderUnavailable,
+    StorageUnavailable,
+)
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import Row, TaskRecord, WorkResult
 from kb_cli.services.context import Kb, resolve_task_id
@@ -34,6 +47,12 @@ from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
 
 DETAIL_LIMIT = 500
 BACKOFF_CAP_SECONDS = 3600.0
+# Rows per chunk-writing transaction: its lock hold stays in milliseconds at any size.
+CHUNK_BATCH = 500
+BUSY_BACKOFF_CAP_SECONDS = 2.0
+# The disk, not the object, is at fault for these: storage_unavailable, retried.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+T = TypeVar("T")
 
 
 def default_worker_id() -> str:
@@ -129,6 +148,13 @@ def _provider_detail(error: KbError) -> str:
     return f"{type(error).__name__}: {error.message}"[:DETAIL_LIMIT]
 
 
+def _read_failure(error: OSError) -> TaskFailure:
+    """A stored object that cannot be read: gone or unreadable (object_read_error), or
+    on a disk that is full or read-only (storage_unavailable); both are retried."""
+    code = ErrorCode.STORAGE_UNAVAILABLE if error.errno in _STORAGE_ERRNOS else None
+    return TaskFailure(code or ErrorCode.OBJECT_READ_ERROR, describe_error(error))
+
+
 @dataclass(frozen=True)
 class _Claim:
     task: Row
@@ -195,6 +221,9 @@ class Worker:
 
     def _claim(self, task_id: str | None) -> _Claim | None:
         """Take the named or the oldest claimable task in one immediate transaction."""
+        return self.retrying(lambda: self._claim_once(task_id))
+
+    def _claim_once(self, task_id: str | None) -> _Claim | None:
         given_up: list[tuple[str, str]] = []  # reported once the transaction commits
         claim = None
         with self.kb.db.write() as conn:
@@ -245,8 +274,7 @@ class Worker:
         )
         if claimed is None:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
             return None
-        if reclaimed_from:
-            queries.delete_task_chunks(conn, task.id)  # they belong to the dead attempt
+        # Chunks a dead attempt wrote go at the start of indexing, in bounded batches.
         return _Claim(claimed, queries.get_document(conn, task.document_id), reclaimed_from)
 
     def _fail_lost_worker(self, conn: Connection, task: Row) -> tuple[str, str] | None:
@@ -271,6 +299,19 @@ class Worker:
         self._move_document_with(conn, task, DocStatus.FAILED, "fail")
         return task.id, detail
 
+    def retrying(self, step: Callable[[], T]) -> T:
+        """Run a transaction step again while the database is busy, with a growing,
+        jittered pause; only a stop request ends the waiting (with BusyError)."""
+        delay = 0.05
+        while True:
+            try:
+                return step()
+            except BusyError:
+                if self.stop.is_set():
+                    raise
+                self.stop.wait(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, BUSY_BACKOFF_CAP_SECONDS)
+
     def _lease_from(self, now: str) -> str:
         return format_stamp(parse_stamp(now) + timedelta(seconds=self.options.lease_seconds))
 
@@ -287,8 +328,8 @@ class Worker:
             run.release()
         except TaskFailure as failure:
             run.fail(failure.code, failure.detail)
-        except BusyError as error:
-            run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error), transient=True)
+        except StorageUnavailable as error:
+            run.fail(ErrorCode.STORAGE_UNAVAILABLE, _provider_detail(error))
         except DatabaseUnavailable as error:
             # Not the task's fault, and nothing can be written now: leave the claim to
             # expire, so that another worker (or this one, restarted) takes it over.
@@ -350,7 +391,8 @@ class _Run:
             )
         path = self._download(document)
         chunks = self._parse(path, document.content_type)
-        self._finalize(self._index(chunks, self._embed(chunks)))
+        self._index(chunks, self._embed(chunks))
+        self._finalize()
 
     def _download(self, document: Row) -> Path:
         """Stream the stored object and check it against the checksum taken at upload."""
@@ -364,7 +406,7 @@ class _Run:
                 done += len(block)
                 self.report(Stage.DOWNLOAD, done, total)
         except OSError as error:
-            raise TaskFailure(ErrorCode.OBJECT_READ_ERROR, describe_error(error)) from error
+            raise _read_failure(error) from error
         if digest.hexdigest() != document.sha256:
             raise TaskFailure(
                 ErrorCode.OBJECT_READ_ERROR,
@@ -375,18 +417,29 @@ class _Run:
         return self.kb.store.local_path(document.object_key)
 
     def _parse(self, path: Path, content_type: str) -> list[ChunkText]:
+        """Parse and chunk within the configured limits; a stop or a cancel is noticed
+        within a fraction of a second, even inside a long parse."""
         from kb_cli import parsers
 
         self.report(Stage.PARSE, 0, 0)
+        limits = self.kb.settings.limits
         try:
             blocks = parsers.parse(
-                path, content_type, lambda done, total: self.report(Stage.PARSE, done, total)
+                path,
+                content_type,
+                lambda done, total: self.report(Stage.PARSE, done, total),
+                limits,
+                self.checkpoint,
             )
-        except (_Interrupt, BusyError):
+            chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=self.checkpoint)
+        except DocumentTooLarge as error:
+            raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, _provider_detail(error)) from error
+        except (_Interrupt, KbError):
             raise
+        except OSError as error:  # the object vanished, or its disk failed, meanwhile
+            raise _read_failure(error) from error
         except Exception as error:
             raise TaskFailure(ErrorCode.PARSE_ERROR, describe_error(error)) from error
-        chunks = chunk_blocks(blocks)
         if not chunks:
             raise TaskFailure(
                 ErrorCode.EMPTY_DOCUMENT, "EmptyDocument: parsing found no indexable text"
@@ -420,45 +473,76 @@ class _Run:
         self.dim = len(vectors[0])
         return blobs
 
-    def _index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> list[dict]:
-        """The chunk rows: text, words for the lexical index, vector."""
+    def _index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> None:
+        """Write the chunk rows (text, words for the lexical index, vector) in batches.
+
+        Each batch is one short transaction that first checks the claim. Until the
+        completion, the rows belong to a running task: search shows published
+        revisions only, and a run that stops removes its rows (or the next claim of
+        the task, or `doctor --repair`, does)."""
         total = len(chunks)
         self.report(Stage.INDEXING, 0, total)
-        rows = []
-        for chunk, vector in zip(chunks, vectors, strict=True):
-            terms = index_terms(chunk.text)
-            rows.append(
-                {
-                    "chunk_index": chunk.index,
-                    "text": chunk.text,
-                    "page": chunk.page,
-                    "heading": chunk.heading and chunk.heading[:500],
-                    "terms": terms,
-                    "term_count": count_words(terms),
-                    "embedding": vector,
-                    "embedding_model": vector and self.model,
-                    "embedding_dim": vector and self.dim,
-                }
-            )
-            self.report(Stage.INDEXING, len(rows), total)
-        return rows
+        self.purge_chunks()  # of an earlier attempt that died, or of an older task
+        for start in range(0, total, CHUNK_BATCH):
+            end = start + CHUNK_BATCH
+            batch = zip(chunks[start:end], vectors[start:end], strict=True)
+            rows = [self._row(chunk, vector) for chunk, vector in batch]
+            done = start + len(rows)
+            self.worker.retrying(lambda rows=rows, done=done: self._write_batch(rows, done, total))
+            self.report(Stage.INDEXING, done, total)
 
-    def _finalize(self, rows: list[dict]) -> None:
-        """Chunks, task and document in one transaction: no task succeeds without its
-        chunks, and a run that does not finish leaves none behind."""
-        self.report(Stage.FINALIZING, 0, 1)
+    def _row(self, chunk: ChunkText, vector: bytes | None) -> dict:
+        terms = index_terms(chunk.text)
+        return {
+            "chunk_index": chunk.index,
+            "text": chunk.text,
+            "page": chunk.page,
+            "heading": chunk.heading and chunk.heading[:500],
+            "terms": terms,
+            "term_count": count_words(terms),
+            "embedding": vector,
+            "embedding_model": vector and self.model,
+            "embedding_dim": vector and self.dim,
+        }
+
+    def _write_batch(self, rows: list[dict], done: int, total: int) -> None:
         task = self.claim.task
         with self.kb.db.write() as conn:
-            # The claim is checked in the same transaction as the chunk write.
+            self._write_progress(conn, Stage.INDEXING, done, total)  # checks the claim
+            queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
+
+    def purge_chunks(self) -> None:
+        """Delete the chunks of this task's revision (an unpublished one: only a new
+        revision is ever processed) in bounded batches, each fenced on the claim."""
+        while self.worker.retrying(self._purge_batch) == CHUNK_BATCH:
+            pass
+
+    def _purge_batch(self) -> int:
+        with self.kb.db.write() as conn:
+            self._write_progress(conn, *self.position)
+            task = self.claim.task
+            return queries.delete_revision_chunks(
+                conn, task.document_id, task.revision, CHUNK_BATCH
+            )
+
+    def _finalize(self) -> None:
+        """Task and document in one short transaction that makes the chunks already
+        written the task's result; the claim is checked in the same transaction."""
+        self.report(Stage.FINALIZING, 0, 1)
+        finished = self.worker.retrying(self._complete)
+        self.final_row = finished
+        self.worker.listener.progress(self.task_id, Stage.FINALIZING, 1, 1)
+
+    def _complete(self) -> Row:
+        task = self.claim.task
+        with self.kb.db.write() as conn:
             finished = self._end(
                 conn, TaskStatus.SUCCEEDED, "complete", stage=Stage.FINALIZING, completed=1, total=1
             )
             if finished is None:
                 raise ClaimLost()
-            queries.replace_chunks(conn, task.document_id, task.revision, task.id, rows)
             self.worker._move_document_with(conn, task, DocStatus.REVIEW_PENDING, "complete")
-        self.final_row = finished
-        self.worker.listener.progress(task.id, Stage.FINALIZING, 1, 1)
+        return finished
 
     # --- progress, pauses and safe points -----------------------------------------
 
@@ -468,7 +552,9 @@ class _Run:
         self.position = (stage, done, total)
         self.worker.listener.progress(self.task_id, stage, done, total)
         if time.monotonic() - self._last_write >= self._write_interval:
-            with self.kb.db.write() as conn:
+            # On a busy database, progress waits for the next step; the heartbeat keeps
+            # the lease meanwhile.
+            with contextlib.suppress(BusyError), self.kb.db.write() as conn:
                 self._write_progress(conn, stage, done, total)
         self._pause()
 
@@ -517,6 +603,14 @@ class _Run:
     def fail(self, code: ErrorCode, detail: str, transient: bool | None = None) -> None:
         """Fail the task, or park it in retry_wait when the cause may pass by itself."""
         transient = code in TRANSIENT_ERRORS if transient is None else transient
+        self._purge_quietly()
+        self.final_row = moved = self.worker.retrying(
+            lambda: self._fail_once(code, detail, transient)
+        )
+        if not moved:
+            self.worker.listener.lost(self.task_id)
+
+    def _fail_once(self, code: ErrorCode, detail: str, transient: bool) -> Row | None:
         attempt = self.claim.task.attempt
         # Progress writes are throttled: record the stage the failure happened in.
         stage, done, total = self.position
@@ -548,10 +642,14 @@ class _Run:
                 if moved:
                     self.worker._move_document_with(conn, task, DocStatus.FAILED, "fail")
             if moved:
-                queries.delete_task_chunks(conn, self.task_id)
-        self.final_row = moved
-        if not moved:
-            self.worker.listener.lost(self.task_id)
+                queries.delete_task_chunks(conn, self.task_id)  # what the purge left, if any
+        return moved
+
+    def _purge_quietly(self) -> None:
+        """Remove this run's chunks before it ends; a lost claim or a failing database
+        leaves them to the next claim or to `doctor --repair`."""
+        with contextlib.suppress(ClaimLost, KbError):
+            self.purge_chunks()
 
     def _end(
         self, conn: Connection, to: TaskStatus, action: str, detail: str | None = None, **values
@@ -577,6 +675,7 @@ class _Run:
 
     def release(self) -> None:
         """Graceful stop: back to queued (attempt kept), with no chunks left behind."""
+        self._purge_quietly()
         with self.kb.db.write() as conn:
             moved = requeue_task(
                 conn,

@@ -116,7 +116,8 @@ class Lifecycle(RuleBasedStateMachine):
             document = run.claim.document
             path = run._download(document)
             chunks = run._parse(path, document.content_type)
-            run._finalize(run._index(chunks, run._embed(chunks)))
+            run._index(chunks, run._embed(chunks))
+            run._finalize()
 
         self._lost_ok(run, finish, done=True)
 
