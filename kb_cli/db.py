@@ -177,6 +177,17 @@ class Database:
         with contextlib.suppress(Exception):  # a dead connection may fail to close
             raw.close()
 
+    def release_space(self) -> None:
+        """After a write failed for lack of space, give back what the failed write took
+        (SQLite's write-ahead log), so that a small write, such as recording the
+        failure, fits again. Best effort."""
+        with contextlib.suppress(KbError), self._translate_errors():
+            raw = self._connect()
+            try:
+                self.engine.shrink_log(raw)
+            finally:
+                self._discard(raw)
+
     def close(self) -> None:
         """Close this thread's idle connections (other threads close theirs on exit)."""
         for raw in self._idle.__dict__.pop("connections", []):

@@ -329,6 +329,7 @@ class Worker:
         except TaskFailure as failure:
             run.fail(failure.code, failure.detail)
         except StorageUnavailable as error:
+            self.kb.db.release_space()
             run.fail(ErrorCode.STORAGE_UNAVAILABLE, _provider_detail(error))
         except DatabaseUnavailable as error:
             # Not the task's fault, and nothing can be written now: leave the claim to

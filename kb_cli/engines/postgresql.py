@@ -77,6 +77,10 @@ def rollback(raw: psycopg.Connection) -> None:
         raw.execute("ROLLBACK")
 
 
+def shrink_log(raw: psycopg.Connection) -> None:
+    """Nothing to give back: the server manages its own log."""
+
+
 def is_clean(raw: psycopg.Connection) -> bool:
     """Fit for the next transaction: connected, and no transaction left open."""
     from psycopg.pq import TransactionStatus

@@ -104,6 +104,12 @@ def rollback(raw: sqlite3.Connection) -> None:
         raw.execute("ROLLBACK")
 
 
+def shrink_log(raw: sqlite3.Connection) -> None:
+    """Truncate the write-ahead log: a write that failed for lack of space leaves the
+    log as large as the disk allowed, and nothing else would fit until it shrinks."""
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
 def is_clean(raw: sqlite3.Connection) -> bool:
     """Fit for the next transaction: none left open."""
     return not raw.in_transaction
@@ -141,6 +147,11 @@ def connect_error_message(error: BaseException, url: str) -> str:
     path = Path(database_path(url))
     if not path.parent.is_dir():
         return "cannot open the SQLite database: its directory does not exist (--home / KB_HOME)"
+    if os.statvfs(path.parent).f_flag & os.ST_RDONLY:
+        return (
+            "cannot open the SQLite database: its filesystem is read-only; remount it "
+            "read-write, or point --home / --database-url elsewhere"
+        )
     if not os.access(path.parent, os.W_OK | os.X_OK) or (
         path.exists() and not os.access(path, os.R_OK | os.W_OK)
     ):
