@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import __version__, console
-from kb_cli.errors import ConflictError, KbError, UsageError
+from kb_cli.errors import KbError, UsageError
 
 app = typer.Typer(
     name="kb",
@@ -366,6 +366,8 @@ def work(
     """
     from kb_cli.worker import Worker, WorkerOptions, default_worker_id
 
+    if worker_id is not None and not (0 < len(worker_id) <= 100 and worker_id.isprintable()):
+        raise UsageError("a --worker-id is 1 to 100 printable characters")
     if sum([loop, drain, max_tasks is not None]) > 1:
         raise UsageError("choose one of --loop, --drain, --max-tasks")
     if task_id is not None and (loop or drain or max_tasks is not None):
@@ -750,7 +752,7 @@ def main(argv: list[str] | None = None) -> None:
     except KbError as error:
         if debug:
             raise
-        if isinstance(error, ConflictError) and error.is_refusal and _session is not None:
+        if error.is_refusal and _session is not None:
             from kb_cli.services import access
 
             access.record_refusal(_session.kb, _session.command, _session.target, error.message)

@@ -134,7 +134,8 @@ def search_line(hit: SearchHit) -> str:
         if rank is not None
     )
     return (
-        f"{hit.score:.3f} {hit.filename} rev={hit.revision} chunk={hit.chunk_index}{place}{ranks}\n"
+        f"{hit.score:.3f} {visible(hit.filename)} rev={hit.revision} "
+        f"chunk={hit.chunk_index}{place}{ranks}\n"
         f"    {snippet}"
     )
 
@@ -213,7 +214,7 @@ def print_document_table(records: list[DocumentRecord], footer: str = "") -> Non
         task = document.latest_task
         table.add_row(
             short(document.document_id),
-            document.filename,
+            _escape(document.filename),
             _styled(document.status),
             _styled(task.status) if task else "-",
             task.stage if task else "-",
@@ -242,9 +243,30 @@ _STATUS_STYLE = {
 
 
 def _escape(text: str) -> str:
+    """Text as rich markup that shows exactly its characters: markup escaped, and
+    control characters visible, so that a file name can neither drive the terminal
+    (ESC sequences) nor forge a table row (a newline)."""
     from rich.markup import escape
 
-    return escape(text)
+    return escape(visible(text))
+
+
+def visible(text: str) -> str:
+    """Control and format characters (C0, C1, DEL, bidi overrides, line separators)
+    as backslash escapes; everything printable, Chinese included, as it is."""
+    if text.isprintable():
+        return text
+    import unicodedata
+
+    return "".join(
+        char.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(char) in _INVISIBLE
+        else char
+        for char in text
+    )
+
+
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def _styled(status: str) -> str:
@@ -397,10 +419,14 @@ class LiveWorkerDisplay(PlainWorkerLog):
 
     def claimed(self, task: TaskRecord, reclaimed_from: str | None) -> None:
         self.live = LiveStages(task.task_id)
-        note = f" [magenta](reclaimed from {reclaimed_from})[/magenta]" if reclaimed_from else ""
+        note = (
+            f" [magenta](reclaimed from {_escape(reclaimed_from)})[/magenta]"
+            if reclaimed_from
+            else ""
+        )
         self.live.start(
             f"[bold]claimed[/bold] task [cyan]{short(task.task_id)}[/cyan] "
-            f"worker [cyan]{self.worker_id}[/cyan] attempt {task.attempt}{note}"
+            f"worker [cyan]{_escape(self.worker_id)}[/cyan] attempt {task.attempt}{note}"
         )
 
     def missed(self, task_id: str | None) -> None:
@@ -493,8 +519,6 @@ class DemoLog:
             emit(f"{event.step}: {event.message}")
             sys.stdout.flush()
             return
-        from rich.markup import escape
-
         style = {
             "race": "cyan",
             "cancel": "yellow",
@@ -503,7 +527,7 @@ class DemoLog:
             "search": "blue",
             "done": "bold green",
         }.get(event.step, "white")
-        self.console.print(f"[{style}]{event.step:>8}[/{style}]  {escape(event.message)}")
+        self.console.print(f"[{style}]{event.step:>8}[/{style}]  {_escape(event.message)}")
 
 
 def print_demo_summary(outcomes: list[Any]) -> None:
@@ -524,7 +548,7 @@ def print_demo_summary(outcomes: list[Any]) -> None:
         table.add_column(column)
     for o in outcomes:
         table.add_row(
-            o.filename,
+            _escape(o.filename),
             _styled(o.status),
             _styled(o.task_status),
             str(o.attempt),

@@ -6,6 +6,8 @@ class KbError(Exception):
 
     exit_code = 1
     code = "internal_error"
+    # A refused command is an audit event (contract section 5, `history`).
+    is_refusal = False
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or self.code).strip())
@@ -33,12 +35,17 @@ class NotFoundError(KbError):
     code = "not_found"
 
 
+class IdTooLong(NotFoundError):
+    """An id longer than any id can be: refused before it reaches SQL, and audited."""
+
+    is_refusal = True
+
+
 class ConflictError(KbError):
     """The state machine forbids this transition now."""
 
     exit_code = 4
     code = "conflict"
-    # A refused command is an audit event (contract section 5, `history`).
     is_refusal = True
 
 

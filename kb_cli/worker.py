@@ -257,11 +257,11 @@ class Worker:
             conn,
             task,
             TaskStatus.RUNNING,
-            actor=self.options.worker_id,
+            actor=self.kb.actor,
             action="reclaim" if reclaimed_from else "claim",
             # A reclaim takes over exactly the lost claim it read, never a newer one.
             fence=(task.worker_id, task.attempt) if reclaimed_from else None,
-            detail=(
+            detail=self.audit_detail(
                 f"lease of {reclaimed_from} expired at {task.lease_expires_at}"
                 if reclaimed_from
                 else None
@@ -286,9 +286,9 @@ class Worker:
             conn,
             task,
             TaskStatus.FAILED,
-            actor=self.options.worker_id,
+            actor=self.kb.actor,
             action="fail",
-            detail=detail,
+            detail=self.audit_detail(detail),
             fence=(task.worker_id, task.attempt),
             error_code=ErrorCode.WORKER_LOST,
             error_detail=detail,
@@ -357,10 +357,16 @@ class Worker:
             conn,
             SimpleNamespace(id=task.document_id, status=DocStatus.PROCESSING),
             to,
-            actor=self.options.worker_id,
+            actor=self.kb.actor,
             action=action,
-            detail=f"task {task.id}",
+            detail=self.audit_detail(f"task {task.id}"),
         )
+
+    def audit_detail(self, detail: str | None) -> str:
+        """The worker's name in every event's detail; the actor is the authenticated
+        user (in open mode, the OS user), never a name the worker gave itself."""
+        named = f"worker {self.options.worker_id}"
+        return f"{named}; {detail}" if detail else named
 
 
 class _Run:
@@ -660,9 +666,9 @@ class _Run:
             conn,
             self.claim.task,
             to,
-            actor=self.options.worker_id,
+            actor=self.kb.actor,
             action=action,
-            detail=detail,
+            detail=self.worker.audit_detail(detail),
             fence=self.claim.fence,
             lease_expires_at=None,
             **values,
@@ -681,9 +687,9 @@ class _Run:
             moved = requeue_task(
                 conn,
                 self.claim.task,
-                actor=self.options.worker_id,
+                actor=self.kb.actor,
                 action="release",
-                detail="worker stopped by a signal",
+                detail=self.worker.audit_detail("stopped by a signal"),
                 fence=self.claim.fence,
             )
         self.final_row = moved

@@ -12,8 +12,10 @@ from kb_cli import queries
 from kb_cli.config import Settings
 from kb_cli.db import Connection, Database
 from kb_cli.embeddings import Embedder, make_embedder
-from kb_cli.errors import InvalidInputError, NotFoundError, UsageError
+from kb_cli.errors import IdTooLong, InvalidInputError, NotFoundError, UsageError
 from kb_cli.store import FileObjectStore
+
+MAX_ID_CHARS = 100
 
 
 @dataclass
@@ -62,6 +64,9 @@ def _login() -> str:
 
 def resolve_id(conn: Connection, ref: str, *kinds: str) -> tuple[str, str]:
     """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks")."""
+    if len(ref) > MAX_ID_CHARS:  # no id is that long: refused before any SQL
+        noun = " or ".join(kind.rstrip("s") for kind in kinds)
+        raise IdTooLong(f"no {noun} with an id of {len(ref)} characters (ids have 36)")
     matches = []
     for kind in kinds:
         getter = queries.get_document if kind == "documents" else queries.get_task

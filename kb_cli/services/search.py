@@ -16,6 +16,10 @@ from kb_cli.textsearch import Query, parse_query, snippet
 MODES = ("hybrid", "lexical", "vector")
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50
+# Bounds on what reaches SQL: each term and phrase is a parameter of one statement.
+MAX_QUERY_CHARS = 10_000
+MAX_QUERY_TERMS = 200
+MAX_QUERY_PHRASES = 20
 
 
 @dataclass
@@ -36,7 +40,11 @@ def search(
         raise UsageError("the search query is empty")
     if mode is not None and mode not in MODES:
         raise UsageError(f"unknown --mode {mode!r}; one of: {', '.join(MODES)}")
+    if len(text) > MAX_QUERY_CHARS:
+        raise UsageError(f"the search query is longer than {MAX_QUERY_CHARS} characters")
     query = parse_query(text)
+    if len(query.phrases) > MAX_QUERY_PHRASES:
+        raise UsageError(f"the search query has more than {MAX_QUERY_PHRASES} quoted phrases")
     if query.empty:  # only punctuation or operators: nothing that could match
         return SearchResult([], mode or "lexical")
     embedder = kb.embedder
@@ -44,6 +52,12 @@ def search(
         raise UsageError(f"--mode {mode} needs embeddings, which are off (KB_EMBEDDINGS=none)")
     depth = max(CANDIDATES, 3 * limit) * (3 if per_document else 1)
     result = SearchResult([], mode or "hybrid")
+    if len(query.terms) > MAX_QUERY_TERMS:
+        result.warnings.append(
+            f"the query has {len(query.terms)} distinct words; ranked by the first "
+            f"{MAX_QUERY_TERMS}"
+        )
+        query = Query(query.terms[:MAX_QUERY_TERMS], query.phrases)
     with kb.db.read() as conn:
         if mode is None and (
             embedder is None or not queries.has_published_vectors(conn, embedder.model)
