@@ -14,6 +14,9 @@ from kb_cli.parsers import ParseLimits
 DEFAULT_MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
 DEFAULT_VECTOR_FLOOR = 0.2
+# Chunks per write transaction of a worker: the lock is held for milliseconds at any
+# document size, while a small document still costs a single transaction.
+DEFAULT_CHUNK_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class Settings:
     # the knowledge base gets no hits instead of the nearest unrelated chunks.
     vector_floor: float = DEFAULT_VECTOR_FLOOR
     limits: ParseLimits = field(default_factory=ParseLimits)
+    chunk_batch: int = DEFAULT_CHUNK_BATCH
 
 
 def _env_number(name: str, default: float, cast: type = float) -> float:
@@ -63,6 +67,7 @@ def resolve_settings(
         embeddings=_embedding_settings(),
         vector_floor=_env_number("KB_VECTOR_FLOOR", DEFAULT_VECTOR_FLOOR),
         limits=_parse_limits(),
+        chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
     )
 
 

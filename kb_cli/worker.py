@@ -3,7 +3,7 @@
 Each database write of a worker is conditioned on its claim (status running, its
 worker id, its attempt), so a worker whose task was cancelled or reclaimed writes
 nothing more. No transaction is open while the worker reads, parses or sleeps, and
-none grows with the document: chunks are written in batches of CHUNK_BATCH rows, each
+none grows with the document: chunks are written in batches (KB_CHUNK_BATCH rows), each
 its own short transaction fenced on the claim, and the completion transaction only
 makes them the task's result. A busy database makes the worker wait and retry its
 step, never give up its task.
@@ -47,8 +47,6 @@ from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
 
 DETAIL_LIMIT = 500
 BACKOFF_CAP_SECONDS = 3600.0
-# Rows per chunk-writing transaction: its lock hold stays in milliseconds at any size.
-CHUNK_BATCH = 500
 BUSY_BACKOFF_CAP_SECONDS = 2.0
 # The disk, not the object, is at fault for these: storage_unavailable, retried.
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
@@ -386,6 +384,7 @@ class _Run:
         self.dim: int | None = None
         # A stage delay exists so that others can watch: then every step is written.
         self._write_interval = 0.0 if self.options.stage_delay else self.options.progress_interval
+        self.batch = self.kb.settings.chunk_batch
 
     # --- the stages ------------------------------------------------------------
 
@@ -398,8 +397,7 @@ class _Run:
             )
         path = self._download(document)
         chunks = self._parse(path, document.content_type)
-        self._index(chunks, self._embed(chunks))
-        self._finalize()
+        self._finalize(self._index(chunks, self._embed(chunks)))
 
     def _download(self, document: Row) -> Path:
         """Stream the stored object and check it against the checksum taken at upload."""
@@ -480,23 +478,34 @@ class _Run:
         self.dim = len(vectors[0])
         return blobs
 
-    def _index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> None:
-        """Write the chunk rows (text, words for the lexical index, vector) in batches.
+    def _index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> list[dict]:
+        """The chunk rows (text, words for the lexical index, vector), in batches.
 
-        Each batch is one short transaction that first checks the claim. Until the
-        completion, the rows belong to a running task: search shows published
-        revisions only, and a run that stops removes its rows (or the next claim of
-        the task, or `doctor --repair`, does)."""
+        Every batch but the last is written here, each in one short transaction that
+        first checks the claim; the last (at most KB_CHUNK_BATCH rows, so a small
+        document costs one transaction) goes with the completion. Until then the rows
+        belong to a running task: search shows published revisions only, and a run
+        that stops removes them (or the next claim of the task, or `doctor --repair`)."""
         total = len(chunks)
         self.report(Stage.INDEXING, 0, total)
-        self.purge_chunks()  # of an earlier attempt that died, or of an older task
-        for start in range(0, total, CHUNK_BATCH):
-            end = start + CHUNK_BATCH
-            batch = zip(chunks[start:end], vectors[start:end], strict=True)
-            rows = [self._row(chunk, vector) for chunk, vector in batch]
+        if self.claim.task.attempt > 1:
+            self.purge_chunks()  # an earlier attempt at this task may have left some
+        last = (total - 1) // self.batch * self.batch
+        for start in range(0, last, self.batch):
+            rows = self._rows(chunks, vectors, start)
             done = start + len(rows)
             self.worker.retrying(lambda rows=rows, done=done: self._write_batch(rows, done, total))
             self.report(Stage.INDEXING, done, total)
+        rows = self._rows(chunks, vectors, last)
+        self.report(Stage.INDEXING, total, total)
+        return rows
+
+    def _rows(self, chunks: list[ChunkText], vectors: list[bytes | None], start: int) -> list[dict]:
+        end = start + self.batch
+        return [
+            self._row(chunk, vector)
+            for chunk, vector in zip(chunks[start:end], vectors[start:end], strict=True)
+        ]
 
     def _row(self, chunk: ChunkText, vector: bytes | None) -> dict:
         terms = index_terms(chunk.text)
@@ -521,26 +530,24 @@ class _Run:
     def purge_chunks(self) -> None:
         """Delete the chunks of this task's revision (an unpublished one: only a new
         revision is ever processed) in bounded batches, each fenced on the claim."""
-        while self.worker.retrying(self._purge_batch) == CHUNK_BATCH:
+        while self.worker.retrying(self._purge_batch) == self.batch:
             pass
 
     def _purge_batch(self) -> int:
         with self.kb.db.write() as conn:
             self._write_progress(conn, *self.position)
             task = self.claim.task
-            return queries.delete_revision_chunks(
-                conn, task.document_id, task.revision, CHUNK_BATCH
-            )
+            return queries.delete_revision_chunks(conn, task.document_id, task.revision, self.batch)
 
-    def _finalize(self) -> None:
-        """Task and document in one short transaction that makes the chunks already
-        written the task's result; the claim is checked in the same transaction."""
+    def _finalize(self, rows: list[dict]) -> None:
+        """The last batch of chunks, task and document in one short transaction that
+        makes all the chunks the task's result; the claim is checked in it."""
         self.report(Stage.FINALIZING, 0, 1)
-        finished = self.worker.retrying(self._complete)
+        finished = self.worker.retrying(lambda: self._complete(rows))
         self.final_row = finished
         self.worker.listener.progress(self.task_id, Stage.FINALIZING, 1, 1)
 
-    def _complete(self) -> Row:
+    def _complete(self, rows: list[dict]) -> Row:
         task = self.claim.task
         with self.kb.db.write() as conn:
             finished = self._end(
@@ -548,6 +555,7 @@ class _Run:
             )
             if finished is None:
                 raise ClaimLost()
+            queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
             self.worker._move_document_with(conn, task, DocStatus.REVIEW_PENDING, "complete")
         return finished
 

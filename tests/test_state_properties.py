@@ -116,8 +116,7 @@ class Lifecycle(RuleBasedStateMachine):
             document = run.claim.document
             path = run._download(document)
             chunks = run._parse(path, document.content_type)
-            run._index(chunks, run._embed(chunks))
-            run._finalize()
+            run._finalize(run._index(chunks, run._embed(chunks)))
 
         self._lost_ok(run, finish, done=True)
 
