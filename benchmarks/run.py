@@ -974,10 +974,15 @@ def fresh_database(admin_url: str) -> str:
 
 
 # `kb work`, timing each of its write transactions from the moment BEGIN IMMEDIATE got
-# the lock to the end of COMMIT; prints the longest (and the count) on stderr last.
+# the lock to the end of COMMIT; prints the longest (and the count) on stderr last. The
+# end of COMMIT includes SQLite's automatic checkpoint, which runs after the lock is
+# released: the first argument "no-checkpoint" turns those off, to see the lock alone.
 HOLDS_WRAPPER = """
 import contextlib, json, sys, threading, time
 from kb_cli import db
+from kb_cli.engines import sqlite
+if sys.argv.pop(1) == "no-checkpoint":
+    sqlite.WAL_CHECKPOINT_PAGES = 0
 begin, transaction = db.Database._begin, db.Database._transaction
 taken, holds = threading.local(), []
 def timed_begin(self, write):
@@ -1013,7 +1018,12 @@ def write_lock_hold(work: Path, sizes: Sizes) -> list[Row]:
     small = work / "small.txt"
     small.write_text("a small upload during the indexing")
     results = {}
-    for label, batch in (("batched", "500"), ("one transaction", str(10 * sizes.lock_chunks))):
+    runs = (
+        ("batched", "500", "checkpoint"),
+        ("one transaction", str(10 * sizes.lock_chunks), "checkpoint"),
+        ("batched, no automatic checkpoint", "500", "no-checkpoint"),
+    )
+    for label, batch, checkpoint in runs:
         home = Path(tempfile.mkdtemp(dir=work)) / "home"
         extra = {"KB_EMBEDDINGS": "none", "KB_CHUNK_BATCH": batch}
         kb(home, "upload", str(document), "--submit", **extra)
@@ -1023,7 +1033,7 @@ def write_lock_hold(work: Path, sizes: Sizes) -> list[Row]:
         uploads.start()
         started = time.perf_counter()
         done = subprocess.run(
-            [PY, "-c", HOLDS_WRAPPER, "work"],
+            [PY, "-c", HOLDS_WRAPPER, checkpoint, "work"],
             env=env_for(home, **extra),
             capture_output=True,
             text=True,
@@ -1034,7 +1044,9 @@ def write_lock_hold(work: Path, sizes: Sizes) -> list[Row]:
         holds = json.loads(done.stderr.strip().splitlines()[-1])
         probe.stop()
         results[label] = (holds, probe.worst_ms / 1000, wall, uploads)
-    (holds, waited, wall, uploads), (old, old_waited, old_wall, old_uploads) = results.values()
+    (holds, waited, wall, uploads), (old, old_waited, old_wall, old_uploads), bare = (
+        results.values()
+    )
     return [
         Row(
             "10 write lock",
@@ -1048,7 +1060,16 @@ def write_lock_hold(work: Path, sizes: Sizes) -> list[Row]:
             f"{waited:.2f} s ({old_waited:.2f} s); uploads meanwhile {uploads.summary()} "
             f"({old_uploads.summary()})",
             {"uploads_failed": uploads.failed, "reference_uploads_failed": old_uploads.failed},
-        )
+        ),
+        Row(
+            "10 write lock",
+            "context: the same, SQLite's automatic checkpoint off (the lock alone)",
+            bare[0]["longest"] * 1000,
+            old["longest"] * 1000,
+            "ms",
+            "<= 100 ms",
+            "a checkpoint runs after COMMIT has released the lock, but inside the timing",
+        ),
     ]
 
 
