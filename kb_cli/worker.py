@@ -142,7 +142,7 @@ def _scrub_paths(message: str) -> str:
     return _PATH.sub("<path>", message)
 
 
-def _provider_detail(error: KbError) -> str:
+def _error_detail(error: KbError) -> str:
     return f"{type(error).__name__}: {error.message}"[:DETAIL_LIMIT]
 
 
@@ -328,7 +328,7 @@ class Worker:
             run.fail(failure.code, failure.detail)
         except StorageUnavailable as error:
             self.kb.db.release_space()
-            run.fail(ErrorCode.STORAGE_UNAVAILABLE, _provider_detail(error))
+            run.fail(ErrorCode.STORAGE_UNAVAILABLE, _error_detail(error))
         except DatabaseUnavailable as error:
             # Not the task's fault, and nothing can be written now: leave the claim to
             # expire, so that another worker (or this one, restarted) takes it over.
@@ -438,7 +438,7 @@ class _Run:
             )
             chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=self.checkpoint)
         except DocumentTooLarge as error:
-            raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, _provider_detail(error)) from error
+            raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, _error_detail(error)) from error
         except (_Interrupt, KbError):
             raise
         except OSError as error:  # the object vanished, or its disk failed, meanwhile
@@ -468,10 +468,10 @@ class _Run:
                 vectors = embedder.embed(batch)
             except ProviderUnavailable as error:
                 raise TaskFailure(
-                    ErrorCode.PROVIDER_UNAVAILABLE, _provider_detail(error)
+                    ErrorCode.PROVIDER_UNAVAILABLE, _error_detail(error)
                 ) from error
             except ProviderRejected as error:
-                raise TaskFailure(ErrorCode.INTERNAL_ERROR, _provider_detail(error)) from error
+                raise TaskFailure(ErrorCode.INTERNAL_ERROR, _error_detail(error)) from error
             blobs.extend(to_blob(vector) for vector in vectors)
             self.report(Stage.EMBEDDING, len(blobs), total)
         self.model = embedder.model
