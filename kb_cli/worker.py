@@ -467,9 +467,7 @@ class _Run:
             try:
                 vectors = embedder.embed(batch)
             except ProviderUnavailable as error:
-                raise TaskFailure(
-                    ErrorCode.PROVIDER_UNAVAILABLE, _error_detail(error)
-                ) from error
+                raise TaskFailure(ErrorCode.PROVIDER_UNAVAILABLE, _error_detail(error)) from error
             except ProviderRejected as error:
                 raise TaskFailure(ErrorCode.INTERNAL_ERROR, _error_detail(error)) from error
             blobs.extend(to_blob(vector) for vector in vectors)

@@ -129,7 +129,8 @@ def test_a_busy_database_is_waited_out_not_the_end_of_the_worker(tmp_path, kb_ho
     task = run_kb("upload", str(path), "--submit", "--json").record
     env = kb_env(KB_BUSY_TIMEOUT="0.2", KB_EMBEDDINGS="none")
     with write_lock_held(task["task_id"]):
-        worker = start_kb("work", "--json", env=env)
+        # By id: PostgreSQL's claim of the oldest task skips a locked row instead.
+        worker = start_kb("work", task["task_id"], "--json", env=env)
         time.sleep(1.5)  # several busy timeouts pass
         assert worker.poll() is None, worker.communicate()
     _out, err = worker.communicate(timeout=30)

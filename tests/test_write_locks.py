@@ -53,3 +53,30 @@ def test_uploads_and_another_worker_proceed_while_a_large_document_is_indexed(tm
     assert indexer.returncode == 0, err
     assert json.loads(out)["task"]["status"] == "succeeded"
     assert chunk_count(task["task_id"]) == SECTIONS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cleanup", ["next claim", "doctor --repair"])
+def test_batches_of_a_killed_run_are_removed(tmp_path, cleanup):
+    big = tmp_path / "big.md"
+    big.write_text("".join(f"# Part {i}\n\nheron{i} notes\n\n" for i in range(3_000)))
+    env = kb_env(KB_EMBEDDINGS="none", KB_CHUNK_BATCH="100")
+    task = run_kb("upload", str(big), "--submit", "--json", env=env).record
+    victim = start_kb("work", "--json", "--lease-seconds", "1", "--stage-delay", "0.1", env=env)
+    deadline = time.monotonic() + 60
+    while chunk_count(task["task_id"]) < 300:
+        assert time.monotonic() < deadline and victim.poll() is None
+        time.sleep(0.05)
+    victim.kill()  # SIGKILL: no chance to clean up
+    victim.communicate(timeout=10)
+    left = chunk_count(task["task_id"])
+    assert 0 < left < 3_000
+    time.sleep(1.5)  # the lease expires
+    if cleanup == "doctor --repair":
+        repaired = run_kb("doctor", "--repair", "--json", env=env)
+        assert repaired.code == 0, repaired.stdout
+        assert chunk_count(task["task_id"]) == 0
+    finished = run_kb("work", "--json", env=env)
+    assert finished.record["task"]["status"] == "succeeded", finished.stderr
+    assert chunk_count(task["task_id"]) == 3_000
+    assert json.loads(run_kb("doctor", "--json", env=env).stdout)["problems"] == []
