@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.docgen import VOCABULARY, make_pdf, paged_text  # noqa: E402
+from tests.docgen import VOCABULARY, make_docx, make_pdf, paged_text  # noqa: E402
 
 PY = sys.executable
 
@@ -44,6 +44,9 @@ class Sizes:
     status_docs: int = 10_000
     search_chunks: tuple[int, ...] = (10_000, 100_000)
     amplification_pages: int = 500
+    lock_chunks: int = 300_000
+    parse_cost_docs: int = 200
+    chunker_mb: int = 50
     runs: int = 3
 
 
@@ -56,6 +59,9 @@ QUICK = Sizes(
     status_docs=200,
     search_chunks=(500,),
     amplification_pages=20,
+    lock_chunks=2_000,
+    parse_cost_docs=10,
+    chunker_mb=2,
     runs=1,
 )
 
@@ -964,6 +970,264 @@ def fresh_database(admin_url: str) -> str:
     return admin_url.rsplit("/", 1)[0] + f"/{name}"
 
 
+# --- 10. write-lock hold ---------------------------------------------------------------------
+
+
+# `kb work`, timing each of its write transactions from the moment BEGIN IMMEDIATE got
+# the lock to the end of COMMIT; prints the longest (and the count) on stderr last. The
+# end of COMMIT includes SQLite's automatic checkpoint, which runs after the lock is
+# released: the first argument "no-checkpoint" turns those off, to see the lock alone.
+HOLDS_WRAPPER = """
+import contextlib, json, sys, threading, time
+from kb_cli import db
+from kb_cli.engines import sqlite
+if sys.argv.pop(1) == "no-checkpoint":
+    sqlite.WAL_CHECKPOINT_PAGES = 0
+begin, transaction = db.Database._begin, db.Database._transaction
+taken, holds = threading.local(), []
+def timed_begin(self, write):
+    raw = begin(self, write)
+    taken.at = time.perf_counter()
+    return raw
+@contextlib.contextmanager
+def timed(self, write):
+    with transaction(self, write) as conn:
+        yield conn
+    if write:
+        holds.append(time.perf_counter() - taken.at)
+db.Database._begin, db.Database._transaction = timed_begin, timed
+from kb_cli.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as done:
+    code = done.code
+print(json.dumps({"longest": max(holds), "writes": len(holds)}), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def write_lock_hold(work: Path, sizes: Sizes) -> list[Row]:
+    """The longest write-lock hold of the worker while a document of `lock_chunks`
+    chunks is indexed, with uploads going on; the reference is the same document with
+    every chunk in the completion transaction (KB_CHUNK_BATCH above the chunk count:
+    kb before batching). Context: the longest wait of another writer for the lock."""
+    document = work / "sections.md"
+    document.write_text(
+        "".join(f"# Section {i}\n\nledger{i} entry\n\n" for i in range(sizes.lock_chunks))
+    )
+    small = work / "small.txt"
+    small.write_text("a small upload during the indexing")
+    results = {}
+    runs = (
+        ("batched", "500", "checkpoint"),
+        ("one transaction", str(10 * sizes.lock_chunks), "checkpoint"),
+        ("batched, no automatic checkpoint", "500", "no-checkpoint"),
+    )
+    for label, batch, checkpoint in runs:
+        home = Path(tempfile.mkdtemp(dir=work)) / "home"
+        extra = {"KB_EMBEDDINGS": "none", "KB_CHUNK_BATCH": batch}
+        kb(home, "upload", str(document), "--submit", **extra)
+        probe = LockProbe(home / "kb.sqlite3")
+        uploads = Uploader(home, small, extra)
+        probe.start()
+        uploads.start()
+        started = time.perf_counter()
+        done = subprocess.run(
+            [PY, "-c", HOLDS_WRAPPER, checkpoint, "work"],
+            env=env_for(home, **extra),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        wall = time.perf_counter() - started
+        uploads.stop()
+        holds = json.loads(done.stderr.strip().splitlines()[-1])
+        probe.stop()
+        results[label] = (holds, probe.worst_ms / 1000, wall, uploads)
+    (holds, waited, wall, uploads), (old, old_waited, old_wall, old_uploads), bare = (
+        results.values()
+    )
+    return [
+        Row(
+            "10 write lock",
+            f"longest write-lock hold of the worker, {sizes.lock_chunks}-chunk document",
+            holds["longest"] * 1000,
+            old["longest"] * 1000,
+            "ms",
+            "<= 100 ms",
+            f"{holds['writes']} write transactions (one transaction: {old['writes']}); worker "
+            f"{wall:.1f} s ({old_wall:.1f} s); another writer waited at most "
+            f"{waited:.2f} s ({old_waited:.2f} s); uploads meanwhile {uploads.summary()} "
+            f"({old_uploads.summary()})",
+            {"uploads_failed": uploads.failed, "reference_uploads_failed": old_uploads.failed},
+        ),
+        Row(
+            "10 write lock",
+            "context: the same, SQLite's automatic checkpoint off (the lock alone)",
+            bare[0]["longest"] * 1000,
+            old["longest"] * 1000,
+            "ms",
+            "<= 100 ms",
+            "a checkpoint runs after COMMIT has released the lock, but inside the timing",
+        ),
+    ]
+
+
+class Uploader(threading.Thread):
+    """`kb upload --submit` every 0.3 s (busy timeout 30 s): counts, slowest latency."""
+
+    def __init__(self, home: Path, path: Path, extra: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        self.home, self.path, self.extra = home, path, extra
+        self.latencies: list[float] = []
+        self.failed = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.3):
+            started = time.perf_counter()
+            done = subprocess.run(
+                [PY, "-m", "kb_cli", "upload", str(self.path), "--submit"],
+                env=env_for(self.home, **self.extra),
+                capture_output=True,
+            )
+            self.latencies.append(time.perf_counter() - started)
+            self.failed += done.returncode != 0
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+    def summary(self) -> str:
+        slowest = max(self.latencies, default=0.0)
+        return (
+            f"{len(self.latencies) - self.failed}/{len(self.latencies)} ok, slowest {slowest:.2f} s"
+        )
+
+
+# --- 11. bounded parsing: the cost of the parse child -----------------------------------
+
+
+# In a process like a worker's (embedding model loaded): seconds per parse of one file,
+# in a forked child with limits (what kb does) and in-process (what it did).
+PARSE_COST = """
+import json, sys, time
+from pathlib import Path
+from kb_cli.config import resolve_settings
+from kb_cli.embeddings import make_embedder
+from kb_cli.parsers import Budget, ParseLimits, parse
+from kb_cli.parsers import docx, pdf
+
+embedder = make_embedder(resolve_settings().embeddings)
+if embedder is not None:
+    embedder.embed(["warm up"])
+path, kind, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+module = pdf if kind == "application/pdf" else docx
+module.preload()
+
+def per_parse(run):
+    run()
+    started = time.perf_counter()
+    for _ in range(count):
+        run()
+    return (time.perf_counter() - started) / count
+
+isolated = per_parse(lambda: parse(path, kind, lambda done, total: None))
+in_process = per_parse(lambda: module.parse(path, lambda d, t: None, Budget(ParseLimits())))
+print(json.dumps({"isolated": isolated, "in_process": in_process}))
+"""
+
+
+def parse_isolation_cost(work: Path, sizes: Sizes) -> list[Row]:
+    """Per document: what the forked, limited parse adds, against the whole cost of a
+    tiny document of that kind in `kb work --drain`."""
+    files = {
+        "application/pdf": ("tiny.pdf", make_pdf(["A tiny page about ledgers."])),
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document": (
+            "tiny.docx",
+            make_docx("Ledgers", ["A tiny paragraph about invoices."]),
+        ),
+    }
+    rows = []
+    for kind, (name, data) in files.items():
+        path = work / name
+        path.write_bytes(data)
+        done = subprocess.run(
+            [PY, "-c", PARSE_COST, str(path), kind, str(sizes.parse_cost_docs)],
+            env=env_for(work / "unused-home"),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        cost = json.loads(done.stdout)
+        per_document = median_of(sizes.runs, lambda p=path: drain_copies(work, p, sizes))
+        added = cost["isolated"] - cost["in_process"]
+        rows.append(
+            Row(
+                "11 bounded parsing",
+                f"added by the parse child per tiny {name[5:]}, vs kb work per such document",
+                added * 1000,
+                per_document * 1000,
+                "ms",
+                "<= 0.10x",
+                f"parse in-process {cost['in_process'] * 1000:.2f} ms, in the child "
+                f"{cost['isolated'] * 1000:.2f} ms; .txt/.md parse in-process",
+            )
+        )
+    return rows
+
+
+def drain_copies(work: Path, path: Path, sizes: Sizes) -> float:
+    """Seconds per document of `kb work --drain` over copies of one small file."""
+    home = Path(tempfile.mkdtemp(dir=work)) / "home"
+    folder = home.parent / "copies"
+    folder.mkdir()
+    copies = []
+    for i in range(sizes.parse_cost_docs):
+        copy = folder / f"c{i}{path.suffix}"
+        copy.write_bytes(path.read_bytes())
+        copies.append(str(copy))
+    kb(home, "upload", *copies, "--submit")
+    started = time.perf_counter()
+    kb(home, "work", "--drain")
+    return (time.perf_counter() - started) / sizes.parse_cost_docs
+
+
+# --- 12. chunker on unpunctuated text ------------------------------------------------------
+
+
+def chunker_linearity(work: Path, sizes: Sizes) -> list[Row]:
+    """Chunking time of N MB of text without sentence punctuation, against 4x the time
+    of N/4 MB: about 1.0 when linear (the old chunker was quadratic here)."""
+    from kb_cli.chunking import chunk_blocks
+    from kb_cli.parsers import Block
+
+    rows = []
+    for label, unit in (("words, no punctuation", "ledger entry "), ("no spaces", "x")):
+        full = (unit * (sizes.chunker_mb * 2**20 // len(unit) + 1))[: sizes.chunker_mb * 2**20]
+        quarter = full[: len(full) // 4]
+
+        def timed(text: str) -> float:
+            started = time.perf_counter()
+            chunk_blocks([Block(text)])
+            return time.perf_counter() - started
+
+        whole = median_of(sizes.runs, lambda text=full: timed(text))
+        part = median_of(sizes.runs, lambda text=quarter: timed(text))
+        rows.append(
+            Row(
+                "12 chunker",
+                f"{sizes.chunker_mb} MB text, {label}",
+                whole,
+                4 * part,
+                "s",
+                "<= 1.3x (linear)",
+                "reference: 4 x the time of a quarter of the text",
+            )
+        )
+    return rows
+
+
 # --- running and reporting -----------------------------------------------------------------
 
 
@@ -977,6 +1241,9 @@ CASES = {
     "search": search_latency,
     "claims": claims_per_second,
     "embeddings": embedding_cost,
+    "locks": write_lock_hold,
+    "isolation": parse_isolation_cost,
+    "chunker": chunker_linearity,
 }
 
 

@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import __version__, console
-from kb_cli.errors import ConflictError, KbError, UsageError, WaitTimeout
+from kb_cli.errors import KbError, UsageError, WaitTimeout
 from kb_cli.lifecycle import DocStatus, ErrorCode
 from kb_cli.permissions import (
     ADMINS,
@@ -526,6 +526,8 @@ def work(
     """
     from kb_cli.worker import Worker, WorkerOptions, default_worker_id
 
+    if worker_id is not None and not (0 < len(worker_id) <= 100 and worker_id.isprintable()):
+        raise UsageError("a --worker-id is 1 to 100 printable characters")
     if sum([loop, drain, max_tasks is not None]) > 1:
         raise UsageError("choose one of --loop, --drain, --max-tasks")
     if task_id is not None and (loop or drain or max_tasks is not None):
@@ -1096,7 +1098,7 @@ def main(argv: list[str] | None = None) -> None:
     except KbError as error:
         if debug:
             raise
-        if isinstance(error, ConflictError) and error.is_refusal and _session is not None:
+        if error.is_refusal and _session is not None:
             from kb_cli.services import access
 
             kb, actor = _session.kb, _session.kb.actor.name

@@ -9,10 +9,14 @@ from pathlib import Path
 
 from kb_cli.embeddings import PROVIDERS, EmbeddingSettings
 from kb_cli.errors import UsageError
+from kb_cli.parsers import ParseLimits
 
 DEFAULT_MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
 DEFAULT_VECTOR_FLOOR = 0.2
+# Chunks per write transaction of a worker: the lock is held for milliseconds at any
+# document size, while a small document still costs a single transaction.
+DEFAULT_CHUNK_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class Settings:
     # Vector hits below this cosine similarity are dropped: a query about nothing in
     # the knowledge base gets no hits instead of the nearest unrelated chunks.
     vector_floor: float = DEFAULT_VECTOR_FLOOR
+    limits: ParseLimits = field(default_factory=ParseLimits)
+    chunk_batch: int = DEFAULT_CHUNK_BATCH
 
 
 def _env_number(name: str, default: float, cast: type = float) -> float:
@@ -60,6 +66,24 @@ def resolve_settings(
         busy_timeout_seconds=_env_number("KB_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT_SECONDS),
         embeddings=_embedding_settings(),
         vector_floor=_env_number("KB_VECTOR_FLOOR", DEFAULT_VECTOR_FLOOR),
+        limits=_parse_limits(),
+        chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
+    )
+
+
+def _parse_limits() -> ParseLimits:
+    default = ParseLimits()
+    return ParseLimits(
+        max_chars=int(_env_number("KB_MAX_CHARS", default.max_chars, int)),
+        max_pages=int(_env_number("KB_MAX_PAGES", default.max_pages, int)),
+        max_chunks=int(_env_number("KB_MAX_CHUNKS", default.max_chunks, int)),
+        max_decompressed_bytes=int(
+            _env_number("KB_MAX_DECOMPRESSED_BYTES", default.max_decompressed_bytes, int)
+        ),
+        timeout_seconds=_env_number("KB_PARSE_TIMEOUT", default.timeout_seconds),
+        max_memory_bytes=int(
+            _env_number("KB_PARSE_MAX_MEMORY_MB", default.max_memory_bytes / 2**20) * 2**20
+        ),
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable
@@ -141,7 +140,8 @@ def search_line(hit: SearchHit) -> str:
         if rank is not None
     )
     return (
-        f"{hit.score:.3f} {hit.filename} rev={hit.revision} chunk={hit.chunk_index}{place}{ranks}\n"
+        f"{hit.score:.3f} {visible(hit.filename)} rev={hit.revision} "
+        f"chunk={hit.chunk_index}{place}{ranks}\n"
         f"    {snippet}"
     )
 
@@ -206,13 +206,11 @@ def _console():
 
 def _cell(text: object) -> str:
     """Text from the database, safe in a rich cell: markup escaped, and control
-    characters shown as escapes, so a file name cannot move the cursor or forge a row."""
+    characters shown as escapes, so a file name can neither drive the terminal (ESC
+    sequences) nor forge a table row (a newline)."""
     from rich.markup import escape
 
-    return escape(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text)))
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+    return escape(visible(str(text)))
 
 
 def _print_on_terminal(records: list[Any]) -> bool:
@@ -448,6 +446,24 @@ _STATUS_STYLE = {
     "cancelled": "dim",
     "draft": "dim",
 }
+
+
+def visible(text: str) -> str:
+    """Control and format characters (C0, C1, DEL, bidi overrides, line separators)
+    as backslash escapes; everything printable, Chinese included, as it is."""
+    if text.isprintable():
+        return text
+    import unicodedata
+
+    return "".join(
+        char.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(char) in _INVISIBLE
+        else char
+        for char in text
+    )
+
+
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def _styled(status: str) -> str:

@@ -22,7 +22,9 @@ from kb_cli.errors import (
     BusyError,
     DatabaseUnavailable,
     InternalError,
+    KbError,
     SchemaError,
+    StorageUnavailable,
     UsageError,
 )
 
@@ -151,7 +153,10 @@ class Database:
         except self.engine.Error as error:
             if self.engine.is_lock_error(error):
                 raise BusyError(BUSY_MESSAGE) from error
-            message = self.engine.connect_error_message(error)
+            storage = self.engine.storage_message(error)
+            if storage:
+                raise StorageUnavailable(storage) from error
+            message = self.engine.connect_error_message(error, self.url)
             if self.is_sqlite:
                 raise UsageError(message) from error
             raise DatabaseUnavailable(message) from error
@@ -168,6 +173,17 @@ class Database:
     def _discard(raw: Any) -> None:
         with contextlib.suppress(Exception):  # a dead connection may fail to close
             raw.close()
+
+    def release_space(self) -> None:
+        """After a write failed for lack of space, give back what the failed write took
+        (SQLite's write-ahead log), so that a small write, such as recording the
+        failure, fits again. Best effort."""
+        with contextlib.suppress(KbError), self._translate_errors():
+            raw = self._connect()
+            try:
+                self.engine.shrink_log(raw)
+            finally:
+                self._discard(raw)
 
     def close(self) -> None:
         """Close this thread's idle connections (other threads close theirs on exit)."""
@@ -187,8 +203,10 @@ class Database:
                     f"lost the connection to the database server ({name}); "
                     "run again when it is back"
                 ) from error
-            if self.is_sqlite and "readonly" in str(error).lower():
-                raise UsageError("the SQLite database is read-only for kb") from error
+            if storage := self.engine.storage_message(error):
+                raise StorageUnavailable(storage) from error
+            if damage := self.engine.problem_message(error):
+                raise UsageError(damage) from error
             raise InternalError(f"database error ({name})") from error
 
     # --- schema ----------------------------------------------------------------------
@@ -206,12 +224,24 @@ class Database:
         if version == HEAD:
             return
         self._refuse_unknown(version)
+        if version is None and self.is_sqlite:
+            self._refuse_foreign_file()
         if version is not None and not self.is_sqlite:
             raise SchemaError(
                 f"the database schema is at revision {version}, this kb needs {HEAD}: "
                 "run `kb db upgrade`"
             )
         self.upgrade()
+
+    def _refuse_foreign_file(self) -> None:
+        """A SQLite file with tables but no kb schema belongs to something else."""
+        with self.read() as conn:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").scalar()
+        if tables:
+            raise UsageError(
+                "the database file is not a kb database (it has tables but no kb schema): "
+                "point --home / --database-url at a kb database, or at a new file"
+            )
 
     def upgrade(self) -> tuple[str | None, str]:
         """Bring the schema to this kb's revision; (before, after). Alembic runs on a

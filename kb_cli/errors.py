@@ -14,6 +14,8 @@ class KbError(Exception):
 
     exit_code = 1
     code = "internal_error"
+    # A refused command is an audit event (contract section 5, `history`).
+    is_refusal = False
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or self.code).strip())
@@ -36,10 +38,6 @@ class SchemaError(KbError):
 
     exit_code = 1
     code = "internal_error"
-
-
-class StoreWriteError(InternalError):
-    """The object store could not be written (full disk, read-only, permissions)."""
 
 
 class UsageError(KbError):
@@ -66,12 +64,17 @@ class NoKnowledgeBaseYet(NotFoundError):
         )
 
 
+class IdTooLong(NotFoundError):
+    """An id longer than any id can be: refused before it reaches SQL, and audited."""
+
+    is_refusal = True
+
+
 class ConflictError(KbError):
     """The state machine forbids this transition now."""
 
     exit_code = 4
     code = "conflict"
-    # A refused command is an audit event (contract section 5, `history`).
     is_refusal = True
 
 
@@ -128,6 +131,24 @@ class WaitTimeout(BusyError):
             f"timed out waiting for task {record.task_id}: still {record.status}; safe to run again"
         )
         self.record = record
+
+
+class StorageUnavailable(KbError):
+    """The database or the object store cannot be written now (no space left, read-only).
+
+    The message names the cause and the next step. Exit 1 as the contract has no code of
+    its own for it; a worker's task waits and retries with `storage_unavailable`."""
+
+
+class StoreWriteError(StorageUnavailable):
+    """The object store could not be written (full disk, read-only, permissions)."""
+
+
+class DocumentTooLarge(KbError):
+    """A document exceeds a configured parsing limit; the message names the limit."""
+
+    exit_code = 6
+    code = "invalid_input"
 
 
 class ProviderUnavailable(KbError):

@@ -38,11 +38,18 @@ class ErrorCode(StrEnum):
     INTERNAL_ERROR = "internal_error"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     WORKER_LOST = "worker_lost"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    DOCUMENT_TOO_LARGE = "document_too_large"
 
 
 # Worth another attempt after a pause: the cause may go away by itself.
 TRANSIENT_ERRORS = frozenset(
-    {ErrorCode.OBJECT_READ_ERROR, ErrorCode.PROVIDER_UNAVAILABLE, ErrorCode.WORKER_LOST}
+    {
+        ErrorCode.OBJECT_READ_ERROR,
+        ErrorCode.PROVIDER_UNAVAILABLE,
+        ErrorCode.WORKER_LOST,
+        ErrorCode.STORAGE_UNAVAILABLE,
+    }
 )
 
 ACTIVE_TASK_STATUSES = (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT)

@@ -209,6 +209,15 @@ def admin_exists(conn: Connection) -> bool:
     return conn.execute(sql).first() is not None
 
 
+def database_id(conn: Connection) -> str | None:
+    """The random id this database was given when its schema was made (kb_meta)."""
+    return conn.execute("SELECT value FROM kb_meta WHERE key = 'database_id'").scalar()
+
+
+def document_count(conn: Connection) -> int:
+    return conn.execute(f"SELECT count(*) FROM {DOCUMENTS}").scalar()
+
+
 def get_user(conn: Connection, name: str) -> Any:
     return conn.execute(f"SELECT * FROM {USERS} WHERE name = :name", {"name": name}).first()
 
@@ -431,16 +440,11 @@ _CHUNK_COLUMNS = (
 )
 
 
-def replace_chunks(
+def insert_chunks(
     conn: Connection, document_id: str, revision: int, task_id: str, rows: list[dict]
 ) -> None:
-    """Delete the revision's chunks and insert the new ones, in the caller's transaction.
-
-    Each row has the chunk's own columns (chunk_index ... embedding_dim)."""
-    conn.execute(
-        f"DELETE FROM {CHUNKS} WHERE document_id = :document_id AND revision = :revision",
-        {"document_id": document_id, "revision": revision},
-    )
+    """Insert a batch of a task's chunks; each row has the chunk's own columns
+    (chunk_index ... embedding_dim)."""
     if rows:
         own = {"document_id": document_id, "revision": revision, "task_id": task_id}
         conn.executemany(_insert_sql(CHUNKS, _CHUNK_COLUMNS), [{**own, **row} for row in rows])
@@ -449,6 +453,14 @@ def replace_chunks(
 def delete_task_chunks(conn: Connection, task_id: str) -> int:
     sql = f"DELETE FROM {CHUNKS} WHERE task_id = :task_id"
     return conn.execute(sql, {"task_id": task_id}).rowcount
+
+
+def delete_revision_chunks(conn: Connection, document_id: str, revision: int, limit: int) -> int:
+    """Delete at most `limit` chunks of an unpublished revision (a bounded batch)."""
+    sql = f"""DELETE FROM {CHUNKS} WHERE id IN (SELECT id FROM {CHUNKS}
+        WHERE document_id = :document_id AND revision = :revision LIMIT :limit)"""
+    params = {"document_id": document_id, "revision": revision, "limit": limit}
+    return conn.execute(sql, params).rowcount
 
 
 def delete_unpublished_chunks(conn: Connection, document_id: str, keep_revision: int) -> int:

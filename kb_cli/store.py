@@ -2,12 +2,18 @@
 
 Keys never contain the user's filename. A blob is streamed to a temporary file in the
 store's own directory (same filesystem), hashed while copying, fsynced, then renamed
-into place, so a reader never sees a half-written object.
+into place, so a reader never sees a half-written object. Files are created 0600 and
+directories 0700 (narrowed further by a tighter umask).
+
+The store names the database it belongs to in a marker (OWNER_MARKER), written
+at the first upload; `kb doctor --repair` touches only a store that names its own
+database, and moves orphans to QUARANTINE instead of deleting them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import uuid
 from collections.abc import Iterator
@@ -18,6 +24,8 @@ from typing import BinaryIO
 from kb_cli.errors import ObjectTooLarge, StoreWriteError
 
 COPY_BLOCK = 1024 * 1024
+OWNER_MARKER = "owner."  # + the database id, as the name of an empty directory
+QUARANTINE = "quarantine"
 
 
 @dataclass(frozen=True)
@@ -43,13 +51,13 @@ class FileObjectStore:
         key = uuid.uuid4().hex
         final = self._path(key)
         with _writing():
-            final.parent.mkdir(parents=True, exist_ok=True)
+            final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temp = final.with_name(f".{key}.tmp")
         digest = hashlib.sha256()
         size = 0
         try:
             with _writing():
-                out = open(temp, "wb")  # noqa: SIM115 - closed by the with below
+                out = os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
             with out:
                 while block := source.read(COPY_BLOCK):  # a read error is the source's
                     size += len(block)
@@ -91,7 +99,7 @@ class FileObjectStore:
         if not self.root.is_dir():
             return
         for shard in self.root.iterdir():
-            if shard.is_dir():
+            if len(shard.name) == 2 and shard.is_dir():  # not the quarantine
                 for entry in shard.iterdir():
                     if entry.is_file():
                         yield entry.name, entry.stat().st_mtime
@@ -99,13 +107,56 @@ class FileObjectStore:
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
+    def owner(self) -> str | None:
+        """The id of the database this store belongs to, None if it names none yet."""
+        try:
+            names = [entry.name for entry in self.root.iterdir() if entry.is_dir()]
+        except FileNotFoundError:
+            return None
+        owners = sorted(
+            name[len(OWNER_MARKER) :] for name in names if name.startswith(OWNER_MARKER)
+        )
+        return ",".join(owners) or None  # two owners match no database: nothing is touched
+
+    def claim(self, database_id: str) -> None:
+        """Name `database_id` as this store's owner, unless the store names one already.
+
+        The marker is an empty directory, so that counting the store's files still
+        counts objects only."""
+        if self.owner() is not None:
+            return
+        with _writing():
+            (self.root / f"{OWNER_MARKER}{database_id}").mkdir(
+                mode=0o700, parents=True, exist_ok=True
+            )
+
+    def quarantine(self, key: str) -> None:
+        """Move an object aside (QUARANTINE/<key>) instead of deleting it."""
+        target = self.root / QUARANTINE / key
+        with _writing():
+            target.parent.mkdir(mode=0o700, exist_ok=True)
+            os.replace(self._path(key), target)
+
 
 @contextlib.contextmanager
 def _writing() -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        raise StoreWriteError(f"cannot write to the object store: {error.strerror}") from error
+        raise StoreWriteError(storage_message("the object store", error)) from error
+
+
+def storage_message(what: str, error: OSError) -> str:
+    """What went wrong writing `what`, and what to do: no path, no errno number."""
+    reason = (error.strerror or type(error).__name__).lower()
+    advice = {
+        errno.ENOSPC: "free some space, then run again",
+        errno.EDQUOT: "free some space, then run again",
+        errno.EROFS: "remount it read-write, then run again",
+        errno.EACCES: "give kb's user write permission there",
+        errno.EPERM: "give kb's user write permission there",
+    }.get(error.errno, "check the disk, then run again")
+    return f"cannot write to {what}: {reason}; {advice}"
 
 
 def _fsync_dir(directory: Path) -> None:

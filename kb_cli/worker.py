@@ -2,11 +2,17 @@
 
 Each database write of a worker is conditioned on its claim (status running, its
 worker id, its attempt), so a worker whose task was cancelled or reclaimed writes
-nothing more. No transaction is open while the worker reads, parses or sleeps.
+nothing more. No transaction is open while the worker reads, parses or sleeps, and
+none grows with the document: chunks are written in batches (KB_CHUNK_BATCH rows), each
+its own short transaction fenced on the claim, and the completion transaction only
+makes them the task's result. A busy database makes the worker wait and retry its
+step, never give up its task.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import random
@@ -14,12 +20,12 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kb_cli import queries
 from kb_cli.chunking import ChunkText, chunk_blocks
@@ -28,9 +34,11 @@ from kb_cli.embeddings import to_blob
 from kb_cli.errors import (
     BusyError,
     DatabaseUnavailable,
+    DocumentTooLarge,
     KbError,
     ProviderRejected,
     ProviderUnavailable,
+    StorageUnavailable,
 )
 from kb_cli.lifecycle import TRANSIENT_ERRORS, DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import Row, TaskRecord, WorkResult
@@ -40,6 +48,10 @@ from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
 
 DETAIL_LIMIT = 500
 BACKOFF_CAP_SECONDS = 3600.0
+BUSY_BACKOFF_CAP_SECONDS = 2.0
+# The disk, not the object, is at fault for these: storage_unavailable, retried.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+T = TypeVar("T")
 
 
 def default_worker_id() -> str:
@@ -131,8 +143,15 @@ def _scrub_paths(message: str) -> str:
     return _PATH.sub("<path>", message)
 
 
-def _provider_detail(error: KbError) -> str:
+def _error_detail(error: KbError) -> str:
     return f"{type(error).__name__}: {error.message}"[:DETAIL_LIMIT]
+
+
+def _read_failure(error: OSError) -> TaskFailure:
+    """A stored object that cannot be read: gone or unreadable (object_read_error), or
+    on a disk that is full or read-only (storage_unavailable); both are retried."""
+    code = ErrorCode.STORAGE_UNAVAILABLE if error.errno in _STORAGE_ERRNOS else None
+    return TaskFailure(code or ErrorCode.OBJECT_READ_ERROR, describe_error(error))
 
 
 @dataclass(frozen=True)
@@ -201,6 +220,9 @@ class Worker:
 
     def _claim(self, task_id: str | None) -> _Claim | None:
         """Take the named or the oldest claimable task in one immediate transaction."""
+        return self.retrying(lambda: self._claim_once(task_id))
+
+    def _claim_once(self, task_id: str | None) -> _Claim | None:
         given_up: list[tuple[str, str]] = []  # reported once the transaction commits
         claim = None
         with self.kb.db.write() as conn:
@@ -235,11 +257,11 @@ class Worker:
             conn,
             task,
             TaskStatus.RUNNING,
-            actor=self.options.worker_id,
+            actor=self.kb.actor,
             action="reclaim" if reclaimed_from else "claim",
             # A reclaim takes over exactly the lost claim it read, never a newer one.
             fence=(task.worker_id, task.attempt) if reclaimed_from else None,
-            detail=(
+            detail=self.audit_detail(
                 f"lease of {reclaimed_from} expired at {task.lease_expires_at}"
                 if reclaimed_from
                 else None
@@ -252,8 +274,7 @@ class Worker:
         )
         if claimed is None:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
             return None
-        if reclaimed_from:
-            queries.delete_task_chunks(conn, task.id)  # they belong to the dead attempt
+        # Chunks a dead attempt wrote go at the start of indexing, in bounded batches.
         return _Claim(claimed, queries.get_document(conn, task.document_id), reclaimed_from)
 
     def _fail_lost_worker(self, conn: Connection, task: Row) -> tuple[str, str] | None:
@@ -265,9 +286,9 @@ class Worker:
             conn,
             task,
             TaskStatus.FAILED,
-            actor=self.options.worker_id,
+            actor=self.kb.actor,
             action="fail",
-            detail=detail,
+            detail=self.audit_detail(detail),
             fence=(task.worker_id, task.attempt),
             error_code=ErrorCode.WORKER_LOST,
             error_detail=detail,
@@ -277,6 +298,19 @@ class Worker:
         queries.delete_task_chunks(conn, task.id)
         self._move_document_with(conn, task, DocStatus.FAILED, "fail")
         return task.id, detail
+
+    def retrying(self, step: Callable[[], T]) -> T:
+        """Run a transaction step again while the database is busy, with a growing,
+        jittered pause; only a stop request ends the waiting (with BusyError)."""
+        delay = 0.05
+        while True:
+            try:
+                return step()
+            except BusyError:
+                if self.stop.is_set():
+                    raise
+                self.stop.wait(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, BUSY_BACKOFF_CAP_SECONDS)
 
     def _lease_from(self, now: str) -> str:
         return format_stamp(parse_stamp(now) + timedelta(seconds=self.options.lease_seconds))
@@ -294,8 +328,9 @@ class Worker:
             run.release()
         except TaskFailure as failure:
             run.fail(failure.code, failure.detail)
-        except BusyError as error:
-            run.fail(ErrorCode.INTERNAL_ERROR, describe_error(error), transient=True)
+        except StorageUnavailable as error:
+            self.kb.db.release_space()
+            run.fail(ErrorCode.STORAGE_UNAVAILABLE, _error_detail(error))
         except DatabaseUnavailable as error:
             # Not the task's fault, and nothing can be written now: leave the claim to
             # expire, so that another worker (or this one, restarted) takes it over.
@@ -322,10 +357,16 @@ class Worker:
             conn,
             SimpleNamespace(id=task.document_id, status=DocStatus.PROCESSING),
             to,
-            actor=self.options.worker_id,
+            actor=self.kb.actor,
             action=action,
-            detail=f"task {task.id}",
+            detail=self.audit_detail(f"task {task.id}"),
         )
+
+    def audit_detail(self, detail: str | None) -> str:
+        """The worker's name in every event's detail; the actor is the authenticated
+        user (in open mode, the OS user), never a name the worker gave itself."""
+        named = f"worker {self.options.worker_id}"
+        return f"{named}; {detail}" if detail else named
 
 
 class _Run:
@@ -345,6 +386,7 @@ class _Run:
         self.dim: int | None = None
         # A stage delay exists so that others can watch: then every step is written.
         self._write_interval = 0.0 if self.options.stage_delay else self.options.progress_interval
+        self.batch = self.kb.settings.chunk_batch
 
     # --- the stages ------------------------------------------------------------
 
@@ -371,7 +413,7 @@ class _Run:
                 done += len(block)
                 self.report(Stage.DOWNLOAD, done, total)
         except OSError as error:
-            raise TaskFailure(ErrorCode.OBJECT_READ_ERROR, describe_error(error)) from error
+            raise _read_failure(error) from error
         if digest.hexdigest() != document.sha256:
             raise TaskFailure(
                 ErrorCode.OBJECT_READ_ERROR,
@@ -382,18 +424,29 @@ class _Run:
         return self.kb.store.local_path(document.object_key)
 
     def _parse(self, path: Path, content_type: str) -> list[ChunkText]:
+        """Parse and chunk within the configured limits; a stop or a cancel is noticed
+        within a fraction of a second, even inside a long parse."""
         from kb_cli import parsers
 
         self.report(Stage.PARSE, 0, 0)
+        limits = self.kb.settings.limits
         try:
             blocks = parsers.parse(
-                path, content_type, lambda done, total: self.report(Stage.PARSE, done, total)
+                path,
+                content_type,
+                lambda done, total: self.report(Stage.PARSE, done, total),
+                limits,
+                self.checkpoint,
             )
-        except (_Interrupt, BusyError):
+            chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=self.checkpoint)
+        except DocumentTooLarge as error:
+            raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, _error_detail(error)) from error
+        except (_Interrupt, KbError):
             raise
+        except OSError as error:  # the object vanished, or its disk failed, meanwhile
+            raise _read_failure(error) from error
         except Exception as error:
             raise TaskFailure(ErrorCode.PARSE_ERROR, describe_error(error)) from error
-        chunks = chunk_blocks(blocks)
         if not chunks:
             raise TaskFailure(
                 ErrorCode.EMPTY_DOCUMENT, "EmptyDocument: parsing found no indexable text"
@@ -416,11 +469,9 @@ class _Run:
             try:
                 vectors = embedder.embed(batch)
             except ProviderUnavailable as error:
-                raise TaskFailure(
-                    ErrorCode.PROVIDER_UNAVAILABLE, _provider_detail(error)
-                ) from error
+                raise TaskFailure(ErrorCode.PROVIDER_UNAVAILABLE, _error_detail(error)) from error
             except ProviderRejected as error:
-                raise TaskFailure(ErrorCode.INTERNAL_ERROR, _provider_detail(error)) from error
+                raise TaskFailure(ErrorCode.INTERNAL_ERROR, _error_detail(error)) from error
             blobs.extend(to_blob(vector) for vector in vectors)
             self.report(Stage.EMBEDDING, len(blobs), total)
         self.model = embedder.model
@@ -428,44 +479,85 @@ class _Run:
         return blobs
 
     def _index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> list[dict]:
-        """The chunk rows: text, words for the lexical index, vector."""
+        """The chunk rows (text, words for the lexical index, vector), in batches.
+
+        Every batch but the last is written here, each in one short transaction that
+        first checks the claim; the last (at most KB_CHUNK_BATCH rows, so a small
+        document costs one transaction) goes with the completion. Until then the rows
+        belong to a running task: search shows published revisions only, and a run
+        that stops removes them (or the next claim of the task, or `doctor --repair`)."""
         total = len(chunks)
         self.report(Stage.INDEXING, 0, total)
-        rows = []
-        for chunk, vector in zip(chunks, vectors, strict=True):
-            terms = index_terms(chunk.text)
-            rows.append(
-                {
-                    "chunk_index": chunk.index,
-                    "text": chunk.text,
-                    "page": chunk.page,
-                    "heading": chunk.heading and chunk.heading[:500],
-                    "terms": terms,
-                    "term_count": count_words(terms),
-                    "embedding": vector,
-                    "embedding_model": vector and self.model,
-                    "embedding_dim": vector and self.dim,
-                }
-            )
-            self.report(Stage.INDEXING, len(rows), total)
+        if self.claim.task.attempt > 1:
+            self.purge_chunks()  # an earlier attempt at this task may have left some
+        last = (total - 1) // self.batch * self.batch
+        for start in range(0, last, self.batch):
+            rows = self._rows(chunks, vectors, start)
+            done = start + len(rows)
+            self.worker.retrying(lambda rows=rows, done=done: self._write_batch(rows, done, total))
+            self.report(Stage.INDEXING, done, total)
+        rows = self._rows(chunks, vectors, last)
+        self.report(Stage.INDEXING, total, total)
         return rows
 
-    def _finalize(self, rows: list[dict]) -> None:
-        """Chunks, task and document in one transaction: no task succeeds without its
-        chunks, and a run that does not finish leaves none behind."""
-        self.report(Stage.FINALIZING, 0, 1)
+    def _rows(self, chunks: list[ChunkText], vectors: list[bytes | None], start: int) -> list[dict]:
+        end = start + self.batch
+        return [
+            self._row(chunk, vector)
+            for chunk, vector in zip(chunks[start:end], vectors[start:end], strict=True)
+        ]
+
+    def _row(self, chunk: ChunkText, vector: bytes | None) -> dict:
+        terms = index_terms(chunk.text)
+        return {
+            "chunk_index": chunk.index,
+            "text": chunk.text,
+            "page": chunk.page,
+            "heading": chunk.heading and chunk.heading[:500],
+            "terms": terms,
+            "term_count": count_words(terms),
+            "embedding": vector,
+            "embedding_model": vector and self.model,
+            "embedding_dim": vector and self.dim,
+        }
+
+    def _write_batch(self, rows: list[dict], done: int, total: int) -> None:
         task = self.claim.task
         with self.kb.db.write() as conn:
-            # The claim is checked in the same transaction as the chunk write.
+            self._write_progress(conn, Stage.INDEXING, done, total)  # checks the claim
+            queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
+
+    def purge_chunks(self) -> None:
+        """Delete the chunks of this task's revision (an unpublished one: only a new
+        revision is ever processed) in bounded batches, each fenced on the claim."""
+        while self.worker.retrying(self._purge_batch) == self.batch:
+            pass
+
+    def _purge_batch(self) -> int:
+        with self.kb.db.write() as conn:
+            self._write_progress(conn, *self.position)
+            task = self.claim.task
+            return queries.delete_revision_chunks(conn, task.document_id, task.revision, self.batch)
+
+    def _finalize(self, rows: list[dict]) -> None:
+        """The last batch of chunks, task and document in one short transaction that
+        makes all the chunks the task's result; the claim is checked in it."""
+        self.report(Stage.FINALIZING, 0, 1)
+        finished = self.worker.retrying(lambda: self._complete(rows))
+        self.final_row = finished
+        self.worker.listener.progress(self.task_id, Stage.FINALIZING, 1, 1)
+
+    def _complete(self, rows: list[dict]) -> Row:
+        task = self.claim.task
+        with self.kb.db.write() as conn:
             finished = self._end(
                 conn, TaskStatus.SUCCEEDED, "complete", stage=Stage.FINALIZING, completed=1, total=1
             )
             if finished is None:
                 raise ClaimLost()
-            queries.replace_chunks(conn, task.document_id, task.revision, task.id, rows)
+            queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
             self.worker._move_document_with(conn, task, DocStatus.REVIEW_PENDING, "complete")
-        self.final_row = finished
-        self.worker.listener.progress(task.id, Stage.FINALIZING, 1, 1)
+        return finished
 
     # --- progress, pauses and safe points -----------------------------------------
 
@@ -475,7 +567,9 @@ class _Run:
         self.position = (stage, done, total)
         self.worker.listener.progress(self.task_id, stage, done, total)
         if time.monotonic() - self._last_write >= self._write_interval:
-            with self.kb.db.write() as conn:
+            # On a busy database, progress waits for the next step; the heartbeat keeps
+            # the lease meanwhile.
+            with contextlib.suppress(BusyError), self.kb.db.write() as conn:
                 self._write_progress(conn, stage, done, total)
         self._pause()
 
@@ -524,6 +618,14 @@ class _Run:
     def fail(self, code: ErrorCode, detail: str, transient: bool | None = None) -> None:
         """Fail the task, or park it in retry_wait when the cause may pass by itself."""
         transient = code in TRANSIENT_ERRORS if transient is None else transient
+        self._purge_quietly()
+        self.final_row = moved = self.worker.retrying(
+            lambda: self._fail_once(code, detail, transient)
+        )
+        if not moved:
+            self.worker.listener.lost(self.task_id)
+
+    def _fail_once(self, code: ErrorCode, detail: str, transient: bool) -> Row | None:
         attempt = self.claim.task.attempt
         # Progress writes are throttled: record the stage the failure happened in.
         stage, done, total = self.position
@@ -555,10 +657,14 @@ class _Run:
                 if moved:
                     self.worker._move_document_with(conn, task, DocStatus.FAILED, "fail")
             if moved:
-                queries.delete_task_chunks(conn, self.task_id)
-        self.final_row = moved
-        if not moved:
-            self.worker.listener.lost(self.task_id)
+                queries.delete_task_chunks(conn, self.task_id)  # what the purge left, if any
+        return moved
+
+    def _purge_quietly(self) -> None:
+        """Remove this run's chunks before it ends; a lost claim or a failing database
+        leaves them to the next claim or to `doctor --repair`."""
+        with contextlib.suppress(ClaimLost, KbError):
+            self.purge_chunks()
 
     def _end(
         self, conn: Connection, to: TaskStatus, action: str, detail: str | None = None, **values
@@ -568,9 +674,9 @@ class _Run:
             conn,
             self.claim.task,
             to,
-            actor=self.options.worker_id,
+            actor=self.kb.actor,
             action=action,
-            detail=detail,
+            detail=self.worker.audit_detail(detail),
             fence=self.claim.fence,
             lease_expires_at=None,
             **values,
@@ -584,13 +690,14 @@ class _Run:
 
     def release(self) -> None:
         """Graceful stop: back to queued (attempt kept), with no chunks left behind."""
+        self._purge_quietly()
         with self.kb.db.write() as conn:
             moved = requeue_task(
                 conn,
                 self.claim.task,
-                actor=self.options.worker_id,
+                actor=self.kb.actor,
                 action="release",
-                detail="worker stopped by a signal",
+                detail=self.worker.audit_detail("stopped by a signal"),
                 fence=self.claim.fence,
             )
         self.final_row = moved

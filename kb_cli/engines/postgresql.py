@@ -77,6 +77,10 @@ def rollback(raw: psycopg.Connection) -> None:
         raw.execute("ROLLBACK")
 
 
+def shrink_log(raw: psycopg.Connection) -> None:
+    """Nothing to give back: the server manages its own log."""
+
+
 def is_clean(raw: psycopg.Connection) -> bool:
     """Fit for the next transaction: connected, and no transaction left open."""
     from psycopg.pq import TransactionStatus
@@ -126,7 +130,23 @@ def is_connection_error(error: BaseException) -> bool:
     return state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
-def connect_error_message(error: BaseException) -> str:
+def problem_message(error: BaseException) -> str | None:
+    return None  # a damaged PostgreSQL database is the server's to report
+
+
+def storage_message(error: BaseException) -> str | None:
+    """kb's message for a server that cannot write now (disk full, read-only)."""
+    state = getattr(error, "sqlstate", None) or ""
+    if state == "53100":
+        return "the database server has no space left on device: free some space, then run again"
+    if state == "25006":
+        return "the database server is read-only (a standby?): point kb at the primary"
+    if state.startswith("53"):
+        return "the database server is out of resources (memory, disk, connections)"
+    return None
+
+
+def connect_error_message(error: BaseException, url: str) -> str:
     """The server's own reason when it gave one (no such database, bad password)."""
     reason = re.search(r"FATAL:\s+(.+)", str(error))
     if reason:

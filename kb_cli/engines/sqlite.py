@@ -9,8 +9,11 @@ FTS5's own BM25.
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
+import time
 from collections import namedtuple
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kb_cli.engines import escape_like
@@ -43,6 +46,7 @@ def database_path(url: str) -> str:
 def connect(url: str, busy_timeout_seconds: float) -> sqlite3.Connection:
     if sqlite3.sqlite_version_info < (3, 35):  # RETURNING; FTS5 trigram needs 3.34
         raise UsageError(f"kb needs SQLite 3.35 or newer; this Python has {sqlite3.sqlite_version}")
+    _refuse_empty_file(Path(database_path(url)))
     # isolation_level=None: kb says BEGIN (IMMEDIATE) itself, see `begin`.
     raw = sqlite3.connect(database_path(url), isolation_level=None)
     try:
@@ -51,6 +55,28 @@ def connect(url: str, busy_timeout_seconds: float) -> sqlite3.Connection:
         raw.close()
         raise
     return raw
+
+
+def _refuse_empty_file(path: Path) -> None:
+    """An existing 0-byte file is an emptied database, never a new one to fill.
+
+    A process creating the database holds it at 0 bytes for a moment (between open
+    and its first pragma), so a 0-byte file gets a second to grow before it counts."""
+    deadline = time.monotonic() + 1.0
+    while _is_empty(path) and not path.with_name(path.name + "-wal").exists():
+        if time.monotonic() > deadline:
+            raise UsageError(
+                "the database file is empty (0 bytes), not a kb database: restore it from "
+                "a backup, or move it away to start a new knowledge base"
+            )
+        time.sleep(0.05)
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _configure(raw: sqlite3.Connection, busy_timeout_seconds: float) -> None:
@@ -76,6 +102,12 @@ def commit(raw: sqlite3.Connection) -> None:
 def rollback(raw: sqlite3.Connection) -> None:
     if raw.in_transaction:
         raw.execute("ROLLBACK")
+
+
+def shrink_log(raw: sqlite3.Connection) -> None:
+    """Truncate the write-ahead log: a write that failed for lack of space leaves the
+    log as large as the disk allowed, and nothing else would fit until it shrinks."""
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def is_clean(raw: sqlite3.Connection) -> bool:
@@ -110,8 +142,53 @@ def is_connection_error(error: BaseException) -> bool:
     return False  # a file, not a server: nothing to lose
 
 
-def connect_error_message(error: BaseException) -> str:
-    return "cannot open the SQLite database file: does its directory exist, and may kb write there?"
+def connect_error_message(error: BaseException, url: str) -> str:
+    """Why the file would not open, as far as the filesystem tells."""
+    path = Path(database_path(url))
+    if not path.parent.is_dir():
+        return "cannot open the SQLite database: its directory does not exist (--home / KB_HOME)"
+    if os.statvfs(path.parent).f_flag & os.ST_RDONLY:
+        return (
+            "cannot open the SQLite database: its filesystem is read-only; remount it "
+            "read-write, or point --home / --database-url elsewhere"
+        )
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.R_OK | os.W_OK)
+    ):
+        return (
+            "cannot open the SQLite database: permission denied; give kb's user read and "
+            "write access to the database file and its directory"
+        )
+    return problem_message(error) or f"cannot open the SQLite database file ({error})"[:300]
+
+
+# SQLite's own words for a damaged file or a failing disk, and what kb says instead.
+_DAMAGE = {
+    "file is not a database": "the database file is not a SQLite database (damaged, or "
+    "another kind of file): restore it from a backup, or point --home elsewhere",
+    "database disk image is malformed": "the database file is damaged (database disk image "
+    "is malformed): restore it from a backup; `sqlite3 FILE .recover` may save its rows",
+}
+_STORAGE = {
+    "database or disk is full": "no space left on device for the database: free some "
+    "space, then run again",
+    "readonly": "the database is read-only (a read-only file or filesystem): give kb's "
+    "user write access or remount it read-write, then run again",
+    "disk i/o error": "disk I/O error on the database (a full or failing disk?): check "
+    "the disk, then run again",
+}
+
+
+def problem_message(error: BaseException) -> str | None:
+    """kb's message for a damaged database file, None for anything else."""
+    text = str(error).lower()
+    return next((message for sign, message in _DAMAGE.items() if sign in text), None)
+
+
+def storage_message(error: BaseException) -> str | None:
+    """kb's message for a database that cannot be written now, None for anything else."""
+    text = str(error).lower()
+    return next((message for sign, message in _STORAGE.items() if sign in text), None)
 
 
 # --- schema changes (Alembic, through SQLAlchemy: imported only to migrate) ------------

@@ -2,6 +2,12 @@
 
 Each parser module is imported only when a file of its kind is parsed, so commands
 that never parse (status, --help) do not pay for pypdf or python-docx.
+
+Every parse is bounded (ParseLimits): characters, pages and decompressed bytes are
+counted as the parser goes; PDF and DOCX, whose libraries cannot be interrupted or
+limited from inside, run in a child process with a memory limit and a deadline
+(`kb_cli/parsers/isolated.py`). Plain text and Markdown stay in-process: their parse
+is one decode of a file the upload limit already bounds.
 """
 
 from __future__ import annotations
@@ -11,8 +17,42 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kb_cli.errors import DocumentTooLarge
+
 # (done, total) of the parser's own units: pages for a PDF, blocks otherwise.
 ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    """What one document may cost; each has an environment variable (config.py)."""
+
+    max_chars: int = 50_000_000  # KB_MAX_CHARS: extracted text
+    max_pages: int = 10_000  # KB_MAX_PAGES: PDF pages, DOCX paragraphs and tables / 100
+    max_chunks: int = 1_000_000  # KB_MAX_CHUNKS
+    max_decompressed_bytes: int = 512 * 1024 * 1024  # KB_MAX_DECOMPRESSED_BYTES: DOCX parts
+    timeout_seconds: float = 600.0  # KB_PARSE_TIMEOUT: wall time of a PDF/DOCX parse
+    max_memory_bytes: int = 2 * 1024 * 1024 * 1024  # KB_PARSE_MAX_MEMORY_MB: its growth
+
+
+class Budget:
+    """Counts what a parse extracted; raises DocumentTooLarge the moment it is over."""
+
+    def __init__(self, limits: ParseLimits) -> None:
+        self.limits = limits
+        self.chars = 0
+
+    def add(self, text: str) -> str:
+        self.chars += len(text)
+        if self.chars > self.limits.max_chars:
+            raise DocumentTooLarge(
+                f"more than {self.limits.max_chars} characters of text (KB_MAX_CHARS)"
+            )
+        return text
+
+    def pages(self, count: int, unit: str = "pages") -> None:
+        if count > self.limits.max_pages:
+            raise DocumentTooLarge(f"more than {self.limits.max_pages} {unit} (KB_MAX_PAGES)")
 
 
 @dataclass(frozen=True)
@@ -50,8 +90,22 @@ def kind_for_filename(filename: str) -> FileKind | None:
     return KINDS.get(Path(filename).suffix.lower())
 
 
-def parse(path: Path, content_type: str, on_progress: ProgressCallback) -> list[Block]:
-    """Parse a file of a supported content type; raises ParseError when it cannot."""
+def parse(
+    path: Path,
+    content_type: str,
+    on_progress: ProgressCallback,
+    limits: ParseLimits | None = None,
+    checkpoint: Callable[[], None] = lambda: None,
+) -> list[Block]:
+    """Parse a file of a supported content type; raises ParseError when it cannot and
+    DocumentTooLarge past a limit. `checkpoint` is called at least every 0.1 s while
+    a child process parses, so that a stop or a cancel ends it at once."""
     kind = KIND_BY_CONTENT_TYPE[content_type]
     module = importlib.import_module(f"kb_cli.parsers.{kind.module}")
-    return module.parse(path, on_progress, markdown=kind.extension == ".md")
+    budget = Budget(limits or ParseLimits())
+    markdown = kind.extension == ".md"
+    if kind.module == "text":
+        return module.parse(path, on_progress, budget, markdown=markdown)
+    from kb_cli.parsers import isolated
+
+    return isolated.run(module, path, on_progress, budget, checkpoint)

@@ -1,19 +1,27 @@
-"""DOCX with python-docx: paragraphs and tables in document order, headings kept."""
+"""DOCX with python-docx: paragraphs and tables in document order, headings kept.
+
+The package's parts are counted before python-docx inflates them: their declared
+sizes (which zipfile enforces on reading) against the decompressed-bytes limit."""
 
 from __future__ import annotations
 
 import zipfile
 from pathlib import Path
 
-from kb_cli.parsers import Block, ParseError, ProgressCallback
+from kb_cli.errors import DocumentTooLarge
+from kb_cli.parsers import Block, Budget, ParseError, ProgressCallback
 
 
-def parse(path: Path, on_progress: ProgressCallback, *, markdown: bool = False) -> list[Block]:
+def preload() -> None:
+    """Import the library before a child process is forked to parse."""
+    import docx  # noqa: F401
+
+
+def parse(path: Path, on_progress: ProgressCallback, budget: Budget) -> list[Block]:
     import docx
     from docx.opc.exceptions import PackageNotFoundError
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
 
+    _check_inflated_size(path, budget.limits.max_decompressed_bytes)
     try:
         document = docx.Document(str(path))
     except PackageNotFoundError as error:
@@ -24,22 +32,35 @@ def parse(path: Path, on_progress: ProgressCallback, *, markdown: bool = False) 
     blocks: list[Block] = []
     heading: str | None = None
     for done, item in enumerate(items, start=1):
-        if isinstance(item, Paragraph):
-            text = item.text.strip()
-            if (
-                text
-                and item.style is not None
-                and item.style.name.lower().startswith(("heading", "title"))
-            ):
-                heading = text
-            if text:
-                blocks.append(Block(text, heading=heading))
-        elif isinstance(item, Table):
-            rows = [" | ".join(cell.text.strip() for cell in row.cells) for row in item.rows]
-            table_text = "\n".join(row for row in rows if row.strip(" |"))
-            if table_text:
-                blocks.append(Block(table_text, heading=heading))
+        text, is_heading = _text_of(item)
+        if text:
+            heading = text if is_heading else heading
+            blocks.append(Block(budget.add(text), heading=heading))
         on_progress(done, len(items))
     if not items:
         on_progress(1, 1)
     return blocks
+
+
+def _check_inflated_size(path: Path, limit: int) -> None:
+    try:
+        with zipfile.ZipFile(path) as package:
+            inflated = sum(info.file_size for info in package.infolist())
+    except zipfile.BadZipFile:
+        return  # python-docx says what is wrong with it
+    if inflated > limit:
+        raise DocumentTooLarge(
+            f"its parts inflate to more than {limit} bytes (KB_MAX_DECOMPRESSED_BYTES)"
+        )
+
+
+def _text_of(item) -> tuple[str, bool]:
+    """(text, whether it is a heading) of a paragraph or a table."""
+    from docx.text.paragraph import Paragraph
+
+    if isinstance(item, Paragraph):
+        text = item.text.strip()
+        style = item.style
+        return text, bool(style is not None and style.name.lower().startswith(("heading", "title")))
+    rows = [" | ".join(cell.text.strip() for cell in row.cells) for row in item.rows]
+    return "\n".join(row for row in rows if row.strip(" |")), False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kb_cli.parsers import Block, ParseError, ProgressCallback
+from kb_cli.parsers import Block, Budget, ParseError, ProgressCallback
 
 # Tried in order. GB18030 is a superset of GBK and GB2312, the legacy encodings most
 # often met in Chinese text; latin-1 decodes any bytes, so the chain always ends.
@@ -24,8 +24,10 @@ def decode(data: bytes) -> str:
     raise AssertionError("latin-1 decodes every byte string")
 
 
-def parse(path: Path, on_progress: ProgressCallback, *, markdown: bool = False) -> list[Block]:
-    text = decode(path.read_bytes()).replace("\r\n", "\n").replace("\r", "\n")
+def parse(
+    path: Path, on_progress: ProgressCallback, budget: Budget, *, markdown: bool = False
+) -> list[Block]:
+    text = budget.add(decode(path.read_bytes())).replace("\r\n", "\n").replace("\r", "\n")
     if "\x00" in text:
         raise ParseError("binary content (NUL bytes) in a text file")
     blocks = _markdown_sections(text) if markdown else [Block(text)]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, ForbiddenError, KbError, NotFoundError, UsageError
-from kb_cli.permissions import BASE_PREFIX, Actor, Role, Rule, Scope, Target
+from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target
 from kb_cli.services.bases import check_names
-from kb_cli.services.context import Kb, require_base, resolve_id
+from kb_cli.services.context import MAX_ID_CHARS, Kb, require_base, resolve_id
 from kb_cli.transitions import audit_event
 
 ROLES = tuple(Role)
@@ -110,31 +110,65 @@ def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> Ne
     salt = secrets.token_hex(16)
     now = utcnow()
     with kb.db.write() as conn:
-        if not queries.admin_exists(conn) and role != "admin":
-            raise ConflictError("the first user must be an admin (--role admin)")
-        if queries.get_user(conn, name) is not None:
-            raise ConflictError(f"user {name!r} already exists")
-        queries.insert_user(
-            conn,
-            name=name,
-            role=role,
-            token_id=token_id,
-            token_salt=salt,
-            token_hash=_hash(salt, secret),
-            created_at=now,
-        )
-        queries.insert_teams(conn, teams, now)
-        queries.insert_user_teams(conn, name, teams)
-        detail = f"role {role}" + (f", teams {', '.join(teams)}" if teams else "")
-        queries.insert_audit_events(
-            conn, [audit_event(kb.actor.name, "user_add", name, None, role, detail, now)]
-        )
+        # The permission is checked again in the transaction that inserts: two callers
+        # in open mode could otherwise both pass the open-mode check and both become
+        # admins. Once an admin exists, only an admin's token may add a user.
+        refusal = _refusal_to_add(conn)
+        if refusal is None:
+            hashed = _hash(salt, secret)
+            _insert_user(conn, kb.actor.name, name, role, teams, (token_id, salt, hashed), now)
+    if refusal is not None:
+        record_refusal(kb, kb.actor.name, "user", name, refusal)
+        raise ForbiddenError(f"forbidden: {refusal}")
     return NewUser(name, role, f"kb_{token_id}_{secret}", teams)
+
+
+def _refusal_to_add(conn: Connection) -> str | None:
+    if not queries.admin_exists(conn):
+        return None
+    user = _user_for_token(conn, os.environ.get("KB_TOKEN", ""))
+    if user is None:
+        return "an admin exists now: KB_TOKEN must be an admin's token"
+    return None if user.role in ADMINS else f"role {user.role} may not run user"
+
+
+def _insert_user(
+    conn: Connection,
+    actor: str,
+    name: str,
+    role: str,
+    teams: list[str],
+    token: tuple[str, str, str],
+    now: str,
+) -> None:
+    """The user, its teams and the audit event; `token` is (id, salt, hash)."""
+    if not queries.admin_exists(conn) and role != "admin":
+        raise ConflictError("the first user must be an admin (--role admin)")
+    if queries.get_user(conn, name) is not None:
+        raise ConflictError(f"user {name!r} already exists")
+    token_id, salt, hashed = token
+    queries.insert_user(
+        conn,
+        name=name,
+        role=role,
+        token_id=token_id,
+        token_salt=salt,
+        token_hash=hashed,
+        created_at=now,
+    )
+    queries.insert_teams(conn, teams, now)
+    queries.insert_user_teams(conn, name, teams)
+    detail = f"role {role}" + (f", teams {', '.join(teams)}" if teams else "")
+    queries.insert_audit_events(
+        conn, [audit_event(actor, "user_add", name, None, role, detail, now)]
+    )
 
 
 def _user_for_token(conn: Connection, token: str):
     import hmac
 
+    if not token.isascii():  # kb's tokens are; undecodable bytes arrive as surrogates
+        return None
     prefix, _, rest = token.partition("_")
     token_id, _, secret = rest.partition("_")
     if prefix != "kb" or not token_id or not secret:
@@ -169,4 +203,4 @@ def _entity_for(conn: Connection, target: str | None) -> str | None:
     try:
         return resolve_id(conn, EVERY_BASE, target, "tasks", "documents")[1]
     except KbError:
-        return target
+        return target[:MAX_ID_CHARS]

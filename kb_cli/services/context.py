@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import getpass
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,10 +14,18 @@ from kb_cli import queries
 from kb_cli.config import Settings
 from kb_cli.db import Connection, Database
 from kb_cli.embeddings import Embedder, make_embedder
-from kb_cli.errors import InvalidInputError, NoKnowledgeBaseYet, NotFoundError, UsageError
+from kb_cli.errors import (
+    IdTooLong,
+    InvalidInputError,
+    NoKnowledgeBaseYet,
+    NotFoundError,
+    UsageError,
+)
 from kb_cli.permissions import Actor, Scope
 from kb_cli.queries import MIN_PREFIX
 from kb_cli.store import FileObjectStore
+
+MAX_ID_CHARS = 100
 
 
 @dataclass
@@ -37,6 +46,7 @@ class Kb:
     def open(cls, settings: Settings, actor: str | None = None, create: bool = True) -> Kb:
         """Connect, creating the home directory and the schema on first use; a read-only
         command (`create=False`) creates nothing and says that there is nothing yet."""
+        _keep_private()
         if settings.database_url.startswith("sqlite"):
             _prepare_sqlite_home(settings, create)
         db = Database(settings.database_url, settings.busy_timeout_seconds)
@@ -64,7 +74,7 @@ def _prepare_sqlite_home(settings: Settings, create: bool) -> None:
     database = Path(database_path(settings.database_url))
     if create:
         try:
-            home.mkdir(parents=True, exist_ok=True)
+            home.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as error:
             raise UsageError(f"cannot create the kb home: {error.strerror}") from None
     elif not database.exists():
@@ -74,6 +84,13 @@ def _prepare_sqlite_home(settings: Settings, create: bool) -> None:
                 "(check --database-url / DATABASE_URL)"
             )
         raise NoKnowledgeBaseYet()
+
+
+def _keep_private() -> None:
+    """Whatever kb creates (database, its journal, objects, directories) is readable by
+    its owner only: 0600 files, 0700 directories, or tighter if the umask says so.
+    Unpublished documents and token hashes are no other local account's business."""
+    os.umask(os.umask(0o077) | 0o077)
 
 
 def _login() -> str:
@@ -87,6 +104,9 @@ def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[s
     """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks") in
     `scope`: a row the caller may not read is not found, and never makes a prefix
     ambiguous."""
+    if len(ref) > MAX_ID_CHARS:  # no id is that long: refused before any SQL
+        noun = " or ".join(kind.rstrip("s") for kind in kinds)
+        raise IdTooLong(f"no {noun} with an id of {len(ref)} characters (ids have 36)")
     matches = []
     for kind in kinds:
         found = queries.find_ids(conn, kind, ref, scope)

@@ -1,4 +1,9 @@
-"""`kb doctor`: check the invariants, and with `repair` fix what is safe to fix."""
+"""`kb doctor`: check the invariants, and with `repair` fix what is safe to fix.
+
+Repair never deletes a stored original: an orphan object is moved to the store's
+quarantine folder, and only when the store names this database as its owner and the
+database has documents. A wrong --home or --database-url over a shared store, or an
+emptied database, would otherwise make every original look like an orphan."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
+from kb_cli.errors import ConflictError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
 from kb_cli.services.context import Kb
@@ -21,6 +27,14 @@ class Problem:
     kind: str
     id: str
     detail: str
+    document_id: str | None = None  # the document that needs attention, when there is one
+    object_key: str | None = None
+
+
+class RepairRefused(ConflictError):
+    """`kb doctor --repair` will not move objects of a store it cannot prove is its own."""
+
+    is_refusal = False
 
 
 @dataclass
@@ -49,8 +63,11 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
             *_expired_leases(conn),
             *_base_access(conn),
         ]
-        referenced = set(conn.execute("SELECT object_key FROM documents").scalars())
-    found += _objects(kb, referenced)
+        referenced = dict(conn.execute("SELECT object_key, id FROM documents").all())
+        database_id = queries.database_id(conn)
+    found += _objects(kb, referenced) + _foreign_store(kb, database_id)
+    if repair and any(problem.kind == "orphan_object" for problem in found):
+        _require_own_store(kb, database_id, referenced)
     report = DoctorReport()
     for problem in found:
         if repair and _repair(kb, problem):
@@ -74,14 +91,23 @@ def _status_pairs(conn: Connection) -> list[Problem]:
                     "status_pair",
                     document.id,
                     f"document is {document.status} but its latest task is {task_status or 'none'}",
+                    document.id,
+                    document.object_key,
                 )
             )
     active = ", ".join(f"'{status}'" for status in ACTIVE_TASK_STATUSES)
-    stale = f"""SELECT t.id FROM ingestion_tasks AS t JOIN documents AS d ON d.id = t.document_id
+    stale = f"""SELECT t.id, d.id AS document_id, d.object_key
+        FROM ingestion_tasks AS t JOIN documents AS d ON d.id = t.document_id
         WHERE t.status IN ({active}) AND (d.latest_task_id IS NULL OR d.latest_task_id != t.id)"""
     for task in conn.execute(stale):
         problems.append(
-            Problem("stale_task", task.id, "active task is not its document's latest task")
+            Problem(
+                "stale_task",
+                task.id,
+                "active task is not its document's latest task",
+                task.document_id,
+                task.object_key,
+            )
         )
     return problems
 
@@ -92,7 +118,7 @@ def _stray_chunks(conn: Connection) -> list[Problem]:
     completion, but a worker of an older kb, still running during an upgrade, writes
     them one transaction earlier."""
     query = """SELECT DISTINCT c.document_id, c.revision, c.task_id, d.published_revision,
-            d.latest_task_id, t.status AS task_status, t.revision AS task_revision
+            d.latest_task_id, d.object_key, t.status AS task_status, t.revision AS task_revision
         FROM chunks AS c
         LEFT JOIN documents AS d ON d.id = c.document_id
         LEFT JOIN ingestion_tasks AS t ON t.id = c.task_id"""
@@ -112,19 +138,24 @@ def _stray_chunks(conn: Connection) -> list[Problem]:
                     row.document_id,
                     f"chunks of revision {row.revision} from task {row.task_id} "
                     f"({row.task_status or 'missing'}) are neither published nor in review",
+                    row.document_id,
+                    row.object_key,
                 )
             )
     return problems
 
 
 def _expired_leases(conn: Connection) -> list[Problem]:
-    query = f"""SELECT * FROM ingestion_tasks
-        WHERE status = '{TaskStatus.RUNNING}' AND lease_expires_at < :now"""
+    query = f"""SELECT t.*, d.object_key
+        FROM ingestion_tasks AS t LEFT JOIN documents AS d ON d.id = t.document_id
+        WHERE t.status = '{TaskStatus.RUNNING}' AND t.lease_expires_at < :now"""
     return [
         Problem(
             "expired_lease",
             task.id,
             f"running under {task.worker_id}, whose lease expired at {task.lease_expires_at}",
+            task.document_id,
+            task.object_key,
         )
         for task in conn.execute(query, {"now": utcnow()})
     ]
@@ -147,23 +178,62 @@ def _base_access(conn: Connection) -> list[Problem]:
     return problems
 
 
-def _objects(kb: Kb, referenced: set[str]) -> list[Problem]:
+def _objects(kb: Kb, referenced: dict[str, str]) -> list[Problem]:
+    """referenced: object key -> id of the document that refers to it."""
     problems = [
-        Problem("missing_object", key, "a document refers to an object that is not in the store")
-        for key in sorted(referenced)
+        Problem(
+            "missing_object",
+            document_id,
+            f"document {document_id} refers to object {key}, which is not in the store",
+            document_id,
+            key,
+        )
+        for key, document_id in sorted(referenced.items())
         if not kb.store.exists(key)
     ]
     cutoff = time.time() - ORPHAN_GRACE_SECONDS
     for key, modified in kb.store.entries():
         if key not in referenced and modified < cutoff:
-            problems.append(Problem("orphan_object", key, "no document refers to this object"))
+            problems.append(
+                Problem("orphan_object", key, "no document refers to this object", None, key)
+            )
     return problems
 
 
+def _foreign_store(kb: Kb, database_id: str | None) -> list[Problem]:
+    owner = kb.store.owner()
+    if owner is None or owner == database_id:
+        return []
+    detail = f"the object store belongs to database {owner[:12]}, not to this one"
+    return [Problem("foreign_store", owner, detail)]
+
+
+def _require_own_store(kb: Kb, database_id: str | None, referenced: dict[str, str]) -> None:
+    """Refuse to move anything out of a store that may belong to another database.
+
+    A store without a marker (made before markers existed) is adopted only when it
+    holds at least one object this database refers to."""
+    if not referenced:
+        raise RepairRefused(
+            "refusing to repair: this database has no documents, so every stored object "
+            "would look orphaned; is --home / --database-url / --object-store right?"
+        )
+    owner = kb.store.owner()
+    if owner is None and database_id and any(kb.store.exists(key) for key in referenced):
+        kb.store.claim(database_id)
+        owner = kb.store.owner()
+    if owner != database_id:
+        raise RepairRefused(
+            "refusing to repair: the object store belongs to another database "
+            f"({'no owner marker' if owner is None else 'owner ' + owner[:12]}); "
+            "is --home / --database-url / --object-store right?"
+        )
+
+
 def _repair(kb: Kb, problem: Problem) -> bool:
-    """Fix what cannot lose data: orphans, stray chunks, tasks of dead workers."""
+    """Fix what cannot lose data: orphans (quarantined), stray chunks, dead workers' tasks."""
     if problem.kind == "orphan_object":
-        kb.store.delete(problem.id)
+        kb.store.quarantine(problem.id)
         return True
     if problem.kind == "stray_chunks":
         return _delete_stray_chunks(kb, problem.id)

@@ -174,6 +174,9 @@ def _shown(path: Path | str) -> str:
 
 
 def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
+    if kb.store.owner() is None:  # the first upload names this database as the owner
+        with kb.db.read() as conn:
+            kb.store.claim(queries.database_id(conn))
     stored: list[StoredObject] = []
     try:
         for upload in uploads:

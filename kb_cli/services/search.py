@@ -17,6 +17,10 @@ from kb_cli.textsearch import Query, parse_query, snippet
 MODES = tuple(SearchMode)
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50
+# Bounds on what reaches SQL: each term and phrase is a parameter of one statement.
+MAX_QUERY_CHARS = 10_000
+MAX_QUERY_TERMS = 200
+MAX_QUERY_PHRASES = 20
 
 
 @dataclass
@@ -40,7 +44,11 @@ def search(
         raise UsageError("the search query is empty")
     if mode is not None and mode not in MODES:
         raise UsageError(f"unknown --mode {mode!r}; one of: {', '.join(MODES)}")
+    if len(text) > MAX_QUERY_CHARS:
+        raise UsageError(f"the search query is longer than {MAX_QUERY_CHARS} characters")
     query = parse_query(text)
+    if len(query.phrases) > MAX_QUERY_PHRASES:
+        raise UsageError(f"the search query has more than {MAX_QUERY_PHRASES} quoted phrases")
     if query.empty:  # only punctuation or operators: nothing that could match
         return SearchResult([], mode or "lexical")
     embedder = kb.embedder
@@ -49,6 +57,12 @@ def search(
     depth = max(CANDIDATES, 3 * limit) * (3 if per_document else 1)
     result = SearchResult([], mode or "hybrid")
     scope = kb.actor.scope(base)
+    if len(query.terms) > MAX_QUERY_TERMS:
+        result.warnings.append(
+            f"the query has {len(query.terms)} distinct words; ranked by the first "
+            f"{MAX_QUERY_TERMS}"
+        )
+        query = Query(query.terms[:MAX_QUERY_TERMS], query.phrases)
     with kb.db.read() as conn:
         if base is not None:
             require_base(conn, scope, base)

@@ -133,7 +133,8 @@ def test_a_stopped_worker_whose_lease_was_stolen_writes_nothing(tmp_path, kb_hom
     assert task_row(kb_home, task["task_id"]) == before
     assert chunk_count(kb_home, task["task_id"]) == chunks_before
     late = db_rows(
-        "SELECT id FROM audit_events WHERE actor = 'sleeper' AND at > :at", at=before["updated_at"]
+        "SELECT id FROM audit_events WHERE detail LIKE 'worker sleeper%' AND at > :at",
+        at=before["updated_at"],
     )
     assert late == []
     doctor_is_clean()

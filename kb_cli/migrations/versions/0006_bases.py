@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006_bases"
-down_revision = "0004"
+down_revision = "0005_hardening"
 
 NAME, STAMP = sa.String(100), sa.String(27)
 

@@ -1,0 +1,288 @@
+"""Run PDF and DOCX parsers in a child process that kb can limit and stop.
+
+A library call (pdfium inflating a stream, lxml building a tree) cannot be
+interrupted or bounded from inside. So the parsers run in a parse server: a child
+forked once (after the parser libraries are imported, usually before the embedding
+model is loaded, so it is small), under an address-space limit (RLIMIT_AS: its size
+plus the memory limit). It parses one document per request and sends progress and
+the blocks back through a pipe. The parent calls the caller's checkpoint every 0.1 s
+while it waits: a stop, a cancel or the deadline kills the server, and the next
+document gets a new one. So does a server that ran out of memory or grew past half
+its limit. Forking per document instead cost 13-16 ms of a tiny document's ~70 ms in
+a worker with the model loaded; a request to the running server costs well under one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import pickle
+import select
+import signal
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from kb_cli.errors import DocumentTooLarge
+from kb_cli.parsers import Block, Budget, ParseError, ParseLimits, ProgressCallback
+
+_HEADER = struct.Struct("!Q")
+_POLL_SECONDS = 0.1
+# Settings a parser reads from the environment, sent with each request: the server's
+# own copy of the environment is as old as the server.
+_PARSER_ENVIRONMENT = ("KB_PDF_BACKEND",)
+
+
+@dataclass
+class _Server:
+    pid: int
+    requests: int  # the parent writes here
+    replies: int  # and reads here
+    memory: int  # the limit it runs under
+    owner: int  # the process that forked it
+
+
+_server: _Server | None = None
+_one_at_a_time = threading.Lock()  # one server, one request at a time per process
+
+
+def run(
+    module: ModuleType,
+    path: Path,
+    on_progress: ProgressCallback,
+    budget: Budget,
+    checkpoint: Callable[[], None],
+) -> list[Block]:
+    module.preload()
+    with _one_at_a_time:
+        return _request(module, path, on_progress, budget, checkpoint)
+
+
+def _request(
+    module: ModuleType,
+    path: Path,
+    on_progress: ProgressCallback,
+    budget: Budget,
+    checkpoint: Callable[[], None],
+) -> list[Block]:
+    server = _running_server(budget.limits.max_memory_bytes)
+    environment = {name: os.environ.get(name) for name in _PARSER_ENVIRONMENT}
+    _send(server.requests, (module.__name__, str(path), budget.limits, environment))
+    try:
+        reply = _collect(server, on_progress, budget.limits, checkpoint)
+    except BaseException:
+        _stop_server()  # interrupted mid-parse, past its deadline, or dead
+        raise
+    *answer, keep = reply
+    if not keep:
+        _stop_server()
+    if answer[0] == "done":
+        return answer[1]
+    raise _rebuild(tuple(answer), budget.limits.max_memory_bytes)
+
+
+def _running_server(memory: int) -> _Server:
+    global _server
+    if _server is not None and _server.owner != os.getpid():
+        _server = None  # inherited through a fork: that server is our parent's
+    if _server is not None and _server.memory != memory:
+        _stop_server()
+    if _server is None:
+        _server = _spawn(memory)
+    return _server
+
+
+def _spawn(memory: int) -> _Server:
+    to_child, requests = os.pipe()
+    replies, from_child = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the server: never returns
+        os.close(requests)
+        os.close(replies)
+        _serve(to_child, from_child, memory)
+    os.close(to_child)
+    os.close(from_child)
+    return _Server(pid, requests, replies, memory, os.getpid())
+
+
+def _stop_server() -> None:
+    global _server
+    server, _server = _server, None
+    if server is None:
+        return
+    for fd in (server.requests, server.replies):
+        os.close(fd)
+    if server.pid:  # not reaped yet
+        os.kill(server.pid, signal.SIGKILL)
+        os.waitpid(server.pid, 0)
+
+
+# --- the server ---------------------------------------------------------------------
+
+
+def _serve(requests: int, replies: int, memory: int) -> None:
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        base = _address_space("VmSize")
+        if base is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (base + memory, base + memory))
+        while (request := _receive(requests)) is not None:
+            reply = _parse_request(request, replies, base, memory)
+            keep = reply[0] != "memory" and not _grown(base, memory)
+            _send(replies, (*reply, keep))
+            if not keep:
+                break
+    finally:
+        os._exit(0)
+
+
+def _parse_request(request: tuple, replies: int, base: int | None, memory: int) -> tuple:
+    name, path, limits, environment = request
+    for variable, value in environment.items():
+        if value is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = value
+    module = importlib.import_module(name)
+    progress = lambda done, total: _send(replies, ("progress", done, total))  # noqa: E731
+    try:
+        return ("done", module.parse(Path(path), progress, Budget(limits)))
+    except MemoryError:
+        return ("memory",)
+    except BaseException as error:
+        return ("memory",) if _grown(base, memory) else ("error", *_portable(error))
+
+
+def _grown(base: int | None, memory: int) -> bool:
+    """Whether the server's address space has ever grown past half its limit: then a
+    parser's error is its way of saying memory ran out (lxml says "unknown error"),
+    and the server retires so that the next document has the whole limit."""
+    peak = _address_space("VmPeak")
+    return base is not None and peak is not None and peak - base > memory // 2
+
+
+def _address_space(field: str) -> int | None:
+    """This process's virtual size (VmSize) or its peak (VmPeak) in bytes, from Linux's
+    /proc; None where there is no such file."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def _portable(error: BaseException) -> tuple:
+    """What the parent needs to rebuild the error: its kind, type name and message."""
+    if isinstance(error, DocumentTooLarge):
+        return "too_large", type(error).__name__, error.message, None
+    if isinstance(error, ParseError):
+        return "parse", type(error).__name__, str(error), None
+    if isinstance(error, OSError):
+        return "os", type(error).__name__, error.strerror or "", error.errno
+    return "other", type(error).__name__, " ".join(str(error).split())[:400], None
+
+
+def _receive(fd: int) -> tuple | None:
+    """One whole message, blocking; None at the end of the pipe."""
+    header = _read_exactly(fd, _HEADER.size)
+    if header is None:
+        return None
+    payload = _read_exactly(fd, _HEADER.unpack(header)[0])
+    return None if payload is None else pickle.loads(payload)
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _send(out: int, message: tuple) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(out, view) :]
+
+
+# --- the parent ---------------------------------------------------------------------
+
+
+def _collect(
+    server: _Server,
+    on_progress: ProgressCallback,
+    limits: ParseLimits,
+    checkpoint: Callable[[], None],
+) -> tuple:
+    """Progress as it comes, until the server's final reply for this document."""
+    deadline = time.monotonic() + limits.timeout_seconds
+    buffer = bytearray()
+    while True:
+        checkpoint()
+        if time.monotonic() > deadline:
+            raise DocumentTooLarge(
+                f"parsing took longer than {limits.timeout_seconds:g} s (KB_PARSE_TIMEOUT)"
+            )
+        if not select.select([server.replies], [], [], _POLL_SECONDS)[0]:
+            continue
+        data = os.read(server.replies, 1 << 20)
+        if not data:
+            raise _died(server, limits.max_memory_bytes)
+        buffer += data
+        for message in _messages(buffer):
+            if message[0] != "progress":
+                return message
+            on_progress(message[1], message[2])
+
+
+def _messages(buffer: bytearray):
+    """Complete messages at the front of `buffer`, removed from it as they are read."""
+    while len(buffer) >= _HEADER.size:
+        (length,) = _HEADER.unpack_from(buffer)
+        if len(buffer) < _HEADER.size + length:
+            return
+        message = pickle.loads(buffer[_HEADER.size : _HEADER.size + length])
+        del buffer[: _HEADER.size + length]
+        yield message
+
+
+def _memory_error(limit: int, crashed: str = "") -> DocumentTooLarge:
+    return DocumentTooLarge(
+        f"parsing needed more than the memory limit of {limit // 2**20} MiB "
+        f"(KB_PARSE_MAX_MEMORY_MB){crashed}"
+    )
+
+
+def _rebuild(message: tuple, memory_limit: int) -> Exception:
+    if message[0] == "memory":
+        return _memory_error(memory_limit)
+    _, kind, name, text, number = message
+    if kind == "too_large":
+        return DocumentTooLarge(text)
+    if kind == "parse":
+        return ParseError(text)
+    if kind == "os":
+        return OSError(number, text)
+    return ParseError(f"{name}: {text}" if text else name)
+
+
+def _died(server: _Server, memory_limit: int) -> Exception:
+    """The server ended without a word: killed by a signal (an allocation past its
+    limit aborts native code) or gone some other way."""
+    _, status = os.waitpid(server.pid, 0)
+    server.pid = 0  # reaped: its number may belong to another process by now
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        return _memory_error(memory_limit, f", or its parser crashed ({name})")
+    return ParseError("the parser process ended without an answer")

@@ -1,0 +1,181 @@
+"""Real faults: a full or read-only disk is `storage_unavailable` (retried), an object
+that vanishes between stages is `object_read_error`, a busy database is waited out,
+encrypted and damaged PDFs say what they are."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pypdf import PdfReader, PdfWriter
+
+from kb_cli.parsers import ParseError, parse
+from tests.conftest import (
+    db_rows,
+    kb_env,
+    run_kb,
+    sqlite_only,
+    start_kb,
+    write_lock_held,
+)
+from tests.docgen import make_pdf
+
+PDF = "application/pdf"
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str = "2m") -> Iterator[Path]:
+    """A real filesystem of `size` bytes (tmpfs), or the test is skipped."""
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root): no full disk to test on")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def remount_read_only(path: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
+
+
+@sqlite_only
+def test_a_full_disk_under_the_database_is_storage_unavailable_and_retried(tmp_path):
+    with small_disk(tmp_path / "disk") as disk:
+        env = kb_env(
+            KB_HOME=str(disk),
+            OBJECT_STORE_ROOT=str(tmp_path / "objects"),
+            KB_EMBEDDINGS="none",
+        )
+        document = tmp_path / "big.txt"  # 499 chunks, about 1.2 MB in the database
+        document.write_text("\n\n".join(f"paragraph {i} " + "words " * 150 for i in range(250)))
+        task = run_kb("upload", str(document), "--submit", "--json", env=env).record
+        filler = disk / "filler"
+        filler.write_bytes(bytes(1_500_000))  # leaves about 450 KB
+        worked = run_kb("work", "--json", "--backoff-seconds", "0.2", env=env)
+        assert worked.code == 0, worked.stderr
+        final = worked.record["task"]
+        assert (final["status"], final["error_code"]) == ("retry_wait", "storage_unavailable")
+        assert "no space left on device" in final["error_detail"]
+        assert "/" not in final["error_detail"]
+        filler.unlink()  # space again: the retry succeeds
+        time.sleep(0.5)
+        again = run_kb("work", "--json", env=env)
+        assert again.record["task"]["status"] == "succeeded", again.stderr
+        assert again.record["task_id"] == task["task_id"]
+
+
+def test_a_full_object_store_names_the_cause_on_upload(tmp_path):
+    with small_disk(tmp_path / "disk", size="1m") as disk:
+        env = kb_env(OBJECT_STORE_ROOT=str(disk))
+        big = tmp_path / "big.txt"
+        big.write_text("x " * 1_500_000)
+        result = run_kb("upload", str(big), "--json", env=env)
+        assert result.code == 1 and "no space left on device" in result.error["message"]
+        assert "free some space" in result.error["message"]
+        assert not [p for p in disk.rglob("*") if p.is_file()]  # no half-written object
+
+
+@sqlite_only
+def test_a_read_only_database_is_named(tmp_path):
+    with small_disk(tmp_path / "disk") as disk:
+        env = kb_env(KB_HOME=str(disk), OBJECT_STORE_ROOT=str(tmp_path / "objects"))
+        assert run_kb("status", env=env).code == 0
+        remount_read_only(disk)
+        note = tmp_path / "a.txt"
+        note.write_text("words")
+        result = run_kb("upload", str(note), "--json", env=env)
+        assert result.code != 0 and "read-only" in result.error["message"], result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_an_object_that_vanishes_after_the_download_is_an_object_read_error(tmp_path, kb_home):
+    path = tmp_path / "a.txt"
+    path.write_text("some words to index")
+    task = run_kb("upload", str(path), "--submit", "--json").record
+    env = kb_env(KB_EMBEDDINGS="none")
+    worker = start_kb("work", "--json", "--stage-delay", "0.6", "--backoff-seconds", "30", env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        [row] = db_rows("SELECT stage FROM ingestion_tasks WHERE id = :id", id=task["task_id"])
+        if row["stage"] == "parse":
+            break
+        time.sleep(0.02)
+    for stored in (kb_home / "objects").rglob("*"):
+        if stored.is_file():
+            stored.unlink()  # after the download checked it, before the parser opens it
+    out, err = worker.communicate(timeout=30)
+    [row] = db_rows(
+        "SELECT status, stage, error_code, error_detail FROM ingestion_tasks WHERE id = :id",
+        id=task["task_id"],
+    )
+    assert row["stage"] == "parse", err
+    assert (row["status"], row["error_code"]) == ("retry_wait", "object_read_error"), row
+    assert "parse_error" not in out
+
+
+def test_a_busy_database_is_waited_out_not_the_end_of_the_worker(tmp_path, kb_home):
+    path = tmp_path / "a.txt"
+    path.write_text("words to index while the database is locked")
+    task = run_kb("upload", str(path), "--submit", "--json").record
+    env = kb_env(KB_BUSY_TIMEOUT="0.2", KB_EMBEDDINGS="none")
+    with write_lock_held(task["task_id"]):
+        # By id: PostgreSQL's claim of the oldest task skips a locked row instead.
+        worker = start_kb("work", task["task_id"], "--json", env=env)
+        time.sleep(1.5)  # several busy timeouts pass
+        assert worker.poll() is None, worker.communicate()
+    _out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    [row] = db_rows("SELECT status FROM ingestion_tasks WHERE id = :id", id=task["task_id"])
+    assert row["status"] == "succeeded"
+
+
+def aes_pdf(user_password: str) -> bytes:
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(make_pdf(["aes secret text"]))))
+    writer.encrypt(user_password=user_password, owner_password="owner", algorithm="AES-256")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("backend", ["pypdf", "pdfium"])
+def test_aes_pdfs_are_read_or_say_they_have_a_password(tmp_path, monkeypatch, backend):
+    monkeypatch.setenv("KB_PDF_BACKEND", backend)
+    open_file = tmp_path / "open.pdf"
+    open_file.write_bytes(aes_pdf(""))
+    [block] = parse(open_file, PDF, lambda done, total: None)
+    assert "aes secret text" in block.text
+    locked = tmp_path / "locked.pdf"
+    locked.write_bytes(aes_pdf("secret"))
+    with pytest.raises(ParseError, match="encrypted with a password"):
+        parse(locked, PDF, lambda done, total: None)
+
+
+def cyclic_page_tree_pdf() -> bytes:
+    """A page tree whose kid is the tree itself: pdfium opens it, fails on the page."""
+    from tests.service.test_hostile_files import raw_pdf
+
+    return raw_pdf(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [2 0 R] /Count 1 >>",
+        ]
+    )
+
+
+def test_a_page_pdfium_cannot_load_falls_back_to_pypdf(tmp_path, monkeypatch):
+    monkeypatch.setenv("KB_PDF_BACKEND", "auto")
+    path = tmp_path / "cyclic.pdf"
+    path.write_bytes(cyclic_page_tree_pdf())
+    with pytest.raises(ParseError) as caught:
+        parse(path, PDF, lambda done, total: None)
+    assert "pdfium" not in str(caught.value).lower(), caught.value  # pypdf's verdict

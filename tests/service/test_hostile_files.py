@@ -1,0 +1,219 @@
+"""Hostile files hit a limit (document_too_large, naming it) with bounded memory and
+time; the chunker is linear; a stop or a cancel ends a long parse at once."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from kb_cli.chunking import chunk_blocks
+from kb_cli.parsers import Block, ParseLimits, parse
+from tests.conftest import db_rows, kb_env, run_kb, start_kb
+from tests.docgen import make_pdf
+
+PDF = "application/pdf"
+BACKENDS = ["pypdf", "pdfium"]
+
+
+def raw_pdf(objects: list[bytes]) -> bytes:
+    """A PDF of these object bodies (object 1 is the catalog), with a correct xref."""
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    out.writelines(b"%010d 00000 n \n" % offset for offset in offsets)
+    out.write(
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    )
+    return out.getvalue()
+
+
+def flate_bomb_pdf(inflated_bytes: int) -> bytes:
+    """One page whose content stream is small compressed and `inflated_bytes` inflated."""
+    squeeze = zlib.compressobj(9)
+    block = b" " * (1 << 20)
+    data = b"".join(squeeze.compress(block) for _ in range(inflated_bytes >> 20)) + squeeze.flush()
+    return raw_pdf(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(data) + data + b"\nendstream",
+        ]
+    )
+
+
+def many_paragraph_docx(paragraphs: int) -> bytes:
+    """A valid DOCX whose body is `paragraphs` one-letter paragraphs: tiny zipped."""
+    ns = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    body = "<w:p><w:r><w:t>x</w:t></w:r></w:p>" * paragraphs
+    parts = {
+        "[Content_Types].xml": (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+            '<Default Extension="rels" '
+            'ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+            '<Default Extension="xml" ContentType="application/xml"/>'
+            '<Override PartName="/word/document.xml" ContentType="application/'
+            'vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>'
+        ),
+        "_rels/.rels": (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+            '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/'
+            '2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>'
+        ),
+        "word/document.xml": (
+            f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{ns}"><w:body>'
+            f"{body}</w:body></w:document>"
+        ),
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as package:
+        for name, text in parts.items():
+            package.writestr(name, text)
+    return out.getvalue()
+
+
+# Runs a command and prints, after its output, the peak RSS (MiB) of it and its children.
+MEASURE = (
+    "import resource, subprocess, sys;"
+    "done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE);"
+    "sys.stdout.write(done.stdout.decode());"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)"
+)
+
+
+def work_measured(tmp_path: Path, document: Path, **env: str) -> tuple[dict, int]:
+    """Upload and submit `document`, run one worker on it; (the final task record, the
+    peak RSS in MiB of the worker and its parse children)."""
+    environment = kb_env(KB_EMBEDDINGS="none", **env)
+    submitted = run_kb("upload", str(document), "--submit", "--json", env=environment)
+    assert submitted.code == 0, submitted.stderr
+    command = [sys.executable, "-m", "kb_cli", "work", "--json", "--max-attempts", "1"]
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, *command],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    *records, peak = done.stdout.splitlines()
+    return json.loads(records[0])["task"], int(peak)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_flate_bomb_pdf_is_too_large_with_bounded_memory(tmp_path, backend):
+    bomb = tmp_path / "bomb.pdf"
+    bomb.write_bytes(flate_bomb_pdf(768 << 20))  # 768 MiB inflated, under 1 MiB on disk
+    assert bomb.stat().st_size < 1 << 20
+    task, peak = work_measured(tmp_path, bomb, KB_PDF_BACKEND=backend, KB_PARSE_MAX_MEMORY_MB="256")
+    assert task["status"] == "failed" and task["error_code"] == "document_too_large", task
+    assert "limit" in task["error_detail"] and task["stage"] == "parse"
+    print(f"flate bomb, {backend}: peak RSS {peak} MiB")
+    assert peak < 256 + 300  # the limit, plus the worker itself
+
+
+def test_a_many_paragraph_docx_is_stopped_by_its_inflated_size(tmp_path):
+    path = tmp_path / "paragraphs.docx"
+    path.write_bytes(many_paragraph_docx(300_000))
+    task, _ = work_measured(tmp_path, path, KB_MAX_DECOMPRESSED_BYTES=str(1 << 20))
+    assert task["error_code"] == "document_too_large"
+    assert "KB_MAX_DECOMPRESSED_BYTES" in task["error_detail"]
+
+
+def test_a_many_paragraph_docx_is_stopped_by_the_memory_limit(tmp_path):
+    path = tmp_path / "paragraphs.docx"
+    path.write_bytes(many_paragraph_docx(1_000_000))
+    task, peak = work_measured(tmp_path, path, KB_PARSE_MAX_MEMORY_MB="100")
+    assert task["error_code"] == "document_too_large", task
+    assert "KB_PARSE_MAX_MEMORY_MB" in task["error_detail"]
+    print(f"many-paragraph DOCX: peak RSS {peak} MiB")
+    assert peak < 100 + 300
+
+
+def test_a_many_paragraph_docx_is_stopped_by_the_time_limit(tmp_path):
+    path = tmp_path / "paragraphs.docx"
+    path.write_bytes(many_paragraph_docx(1_000_000))
+    started = time.monotonic()
+    task, _ = work_measured(tmp_path, path, KB_PARSE_TIMEOUT="1")
+    assert task["error_code"] == "document_too_large"
+    assert "KB_PARSE_TIMEOUT" in task["error_detail"]
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "content"),
+    [
+        ("KB_MAX_CHARS", "1000", "word " * 1000),
+        ("KB_MAX_CHUNKS", "3", "\n\n".join("paragraph " * 150 for _ in range(10))),
+    ],
+)
+def test_text_over_a_limit_is_too_large_and_names_it(tmp_path, variable, value, content):
+    path = tmp_path / "long.txt"
+    path.write_text(content)
+    task, _ = work_measured(tmp_path, path, **{variable: value})
+    assert task["error_code"] == "document_too_large" and variable in task["error_detail"]
+    assert task["status"] == "failed"  # permanent: no retry
+
+
+def test_too_many_pages_is_too_large(tmp_path):
+    with pytest.raises(Exception, match="KB_MAX_PAGES"):
+        path = tmp_path / "pages.pdf"
+        path.write_bytes(make_pdf(["one", "two", "three"]))
+        parse(path, PDF, lambda done, total: None, ParseLimits(max_pages=2))
+
+
+def test_the_chunker_is_linear_on_unpunctuated_text():
+    """8 MB without a sentence end or a space: the old chunker copied the rest of the
+    text at every cut (minutes at this size); a linear one takes about a second."""
+    started = time.monotonic()
+    chunks = chunk_blocks([Block("x" * 8_000_000)])
+    elapsed = time.monotonic() - started
+    assert sum(len(chunk.text) for chunk in chunks) >= 8_000_000
+    assert elapsed < 15, elapsed
+
+
+def wait_for_parse(task_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        [row] = db_rows("SELECT status, stage FROM ingestion_tasks WHERE id = :id", id=task_id)
+        if row["status"] == "running" and row["stage"] == "parse":
+            time.sleep(0.5)  # inside the parse by now
+            return
+        time.sleep(0.05)
+    raise AssertionError("the worker never reached the parse")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["sigint", "cancel"])
+def test_a_stop_or_cancel_ends_a_long_parse_within_two_seconds(tmp_path, how):
+    path = tmp_path / "slow.docx"
+    path.write_bytes(many_paragraph_docx(1_000_000))
+    env = kb_env(KB_EMBEDDINGS="none")
+    task = run_kb("upload", str(path), "--submit", "--json", env=env).record
+    worker = start_kb("work", "--json", env=env)
+    wait_for_parse(task["task_id"])
+    started = time.monotonic()
+    if how == "sigint":
+        worker.send_signal(signal.SIGINT)
+    else:
+        assert run_kb("cancel", task["task_id"], "--json", env=env).code == 0
+    worker.communicate(timeout=30)
+    elapsed = time.monotonic() - started
+    [row] = db_rows("SELECT status FROM ingestion_tasks WHERE id = :id", id=task["task_id"])
+    assert row["status"] == ("queued" if how == "sigint" else "cancelled")
+    assert elapsed < 2 + (1.5 if how == "cancel" else 0), elapsed  # cancel: one more kb run
