@@ -65,6 +65,7 @@ def test_repair_refuses_a_database_without_documents(tmp_path, kb_home):
     fresh = kb_env(KB_HOME=str(tmp_path / "fresh"), OBJECT_STORE_ROOT=str(store))
     if ON_POSTGRES:
         fresh["DATABASE_URL"] = "sqlite:///" + str(tmp_path / "fresh.sqlite3")
+    assert run_kb("db", "upgrade", env=fresh).code == 0  # an empty database, not none
     refused = run_kb("doctor", "--repair", "--json", env=fresh)
     assert refused.code == 4 and "has no documents" in refused.error["message"]
     assert len(stored_objects(store)) == 1 and not (store / "quarantine").exists()

@@ -86,6 +86,7 @@ def test_control_characters_in_file_names_are_escaped_on_a_terminal(tmp_path):
 
 @pytest.mark.parametrize("command", ["status", "history", "cancel", "publish"])
 def test_an_overlong_id_is_not_found_and_the_refusal_is_audited(command):
+    assert run_kb("db", "upgrade").code == 0  # read-only commands create no database
     result = run_kb(command, LONG_ID, "--json")
     assert result.code == 3 and result.error["error"] == "not_found", result.stderr
     assert "60000 characters" in result.error["message"]
@@ -118,5 +119,6 @@ def test_a_thousand_term_chinese_query_is_answered(tmp_path):
 
 
 def test_an_overlong_query_or_worker_id_is_a_usage_error():
+    assert run_kb("db", "upgrade").code == 0  # read-only commands create no database
     assert run_kb("search", "word " * 3000, "--json").code == 2
     assert run_kb("work", "--worker-id", "w" * 500, "--json").code == 2
