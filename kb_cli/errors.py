@@ -55,6 +55,12 @@ class ProblemsFound(ConflictError):
     is_refusal = False
 
 
+class RepairRefused(ConflictError):
+    """`kb doctor --repair` will not move objects of a store it cannot prove is its own."""
+
+    is_refusal = False
+
+
 class QualityBelowThreshold(ConflictError):
     """`kb eval` scored below --min-hit-rate, or a forbidden document was returned."""
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
-from kb_cli.errors import ConflictError
+from kb_cli.errors import RepairRefused
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus, is_legal_pair
 from kb_cli.services.context import Kb
 from kb_cli.transitions import requeue_task
@@ -28,12 +28,6 @@ class Problem:
     detail: str
     document_id: str | None = None  # the document that needs attention, when there is one
     object_key: str | None = None
-
-
-class RepairRefused(ConflictError):
-    """`kb doctor --repair` will not move objects of a store it cannot prove is its own."""
-
-    is_refusal = False
 
 
 @dataclass
