@@ -387,6 +387,9 @@ class _Run:
         # A stage delay exists so that others can watch: then every step is written.
         self._write_interval = 0.0 if self.options.stage_delay else self.options.progress_interval
         self.batch = self.kb.settings.chunk_batch
+        # Whether chunks of this task's revision may exist before the completion: an
+        # earlier attempt may have left some, and this one writes batches ahead.
+        self.may_have_chunks = claim.task.attempt > 1
 
     # --- the stages ------------------------------------------------------------
 
@@ -488,8 +491,7 @@ class _Run:
         that stops removes them (or the next claim of the task, or `doctor --repair`)."""
         total = len(chunks)
         self.report(Stage.INDEXING, 0, total)
-        if self.claim.task.attempt > 1:
-            self.purge_chunks()  # an earlier attempt at this task may have left some
+        self._purge_chunks()  # what an earlier attempt at this task left, if any
         last = (total - 1) // self.batch * self.batch
         for start in range(0, last, self.batch):
             rows = self._rows(chunks, vectors, start)
@@ -523,15 +525,19 @@ class _Run:
 
     def _write_batch(self, rows: list[dict], done: int, total: int) -> None:
         task = self.claim.task
+        self.may_have_chunks = True
         with self.kb.db.write() as conn:
             self._write_progress(conn, Stage.INDEXING, done, total)  # checks the claim
             queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
 
-    def purge_chunks(self) -> None:
+    def _purge_chunks(self) -> None:
         """Delete the chunks of this task's revision (an unpublished one: only a new
         revision is ever processed) in bounded batches, each fenced on the claim."""
+        if not self.may_have_chunks:
+            return
         while self.worker.retrying(self._purge_batch) == self.batch:
             pass
+        self.may_have_chunks = False
 
     def _purge_batch(self) -> int:
         with self.kb.db.write() as conn:
@@ -664,7 +670,7 @@ class _Run:
         """Remove this run's chunks before it ends; a lost claim or a failing database
         leaves them to the next claim or to `doctor --repair`."""
         with contextlib.suppress(ClaimLost, KbError):
-            self.purge_chunks()
+            self._purge_chunks()
 
     def _end(
         self, conn: Connection, to: TaskStatus, action: str, detail: str | None = None, **values
