@@ -30,3 +30,18 @@ def for_url(url: str) -> ModuleType:
 
 def escape_like(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def candidate_filters(
+    phrases: list[str], scope: str, params: dict[str, object], caseless_like
+) -> str:
+    """The conditions every lexical candidate meets on both engines: each quoted phrase
+    verbatim (`caseless_like` is the engine's), and its document `d` within `scope`
+    (queries.scope_filter). Adds the phrases' parameters to `params`."""
+    filters = []
+    for i, phrase in enumerate(phrases):
+        params[f"phrase{i}"] = "%" + escape_like(phrase) + "%"
+        filters.append(" AND " + caseless_like("c.text", f"phrase{i}"))
+    if scope:
+        filters.append(f" AND {scope}")
+    return "".join(filters)

@@ -12,7 +12,7 @@ import functools
 import re
 from typing import TYPE_CHECKING
 
-from kb_cli.engines import escape_like
+from kb_cli.engines import candidate_filters
 from kb_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -193,12 +193,7 @@ def lexical_statement(
     chunks, term frequency from the lexeme's positions, length in words. Only chunks
     whose document `d` meets `scope` are ranked."""
     params: dict[str, object] = {"query": " ".join(terms), "limit": limit}
-    filters = []
-    for i, phrase in enumerate(phrases):
-        params[f"phrase{i}"] = "%" + escape_like(phrase) + "%"
-        filters.append(" AND " + caseless_like("c.text", f"phrase{i}"))
-    if scope:  # a condition on the document `d` (queries.scope_filter)
-        filters.append(f" AND {scope}")
+    filters = candidate_filters(phrases, scope, params, caseless_like)
     words = WORDS.format(text="c.terms")
     sql = f"""
         WITH lexemes AS (
@@ -224,7 +219,7 @@ def lexical_statement(
             CROSS JOIN LATERAL unnest({words}) AS u
             WHERE {words} @@ (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | '))
                               FROM lexemes)
-              AND u.lexeme IN (SELECT lexeme FROM lexemes){"".join(filters)}
+              AND u.lexeme IN (SELECT lexeme FROM lexemes){filters}
         )
         SELECT m.id,
                sum(w.idf * m.tf * {_K1 + 1}

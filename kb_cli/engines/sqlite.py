@@ -16,7 +16,7 @@ from collections import namedtuple
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kb_cli.engines import escape_like
+from kb_cli.engines import candidate_filters
 from kb_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -222,18 +222,13 @@ def lexical_statement(
     chunk must contain every phrase verbatim (LIKE: case-insensitive for ASCII), and its
     document must meet `scope`."""
     params: dict[str, object] = {"match": fts_any(terms), "limit": limit}
-    filters = []
-    for i, phrase in enumerate(phrases):
-        params[f"phrase{i}"] = "%" + escape_like(phrase) + "%"
-        filters.append(" AND " + caseless_like("c.text", f"phrase{i}"))
-    if scope:  # a condition on the document `d` (queries.scope_filter)
-        filters.append(f" AND {scope}")
+    filters = candidate_filters(phrases, scope, params, caseless_like)
     sql = f"""
         SELECT c.id, -bm25(chunks_terms) AS score
         FROM chunks_terms
         JOIN chunks AS c ON c.id = chunks_terms.rowid
         JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
-        WHERE chunks_terms MATCH :match{"".join(filters)}
+        WHERE chunks_terms MATCH :match{filters}
         ORDER BY score DESC, c.id
         LIMIT :limit
     """

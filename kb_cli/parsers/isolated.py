@@ -60,30 +60,20 @@ def run(
 ) -> list[Block]:
     module.preload()
     with _one_at_a_time:
-        return _request(module, path, on_progress, budget, checkpoint)
-
-
-def _request(
-    module: ModuleType,
-    path: Path,
-    on_progress: ProgressCallback,
-    budget: Budget,
-    checkpoint: Callable[[], None],
-) -> list[Block]:
-    server = _running_server(budget.limits.max_memory_bytes)
-    environment = {name: os.environ.get(name) for name in _PARSER_ENVIRONMENT}
-    _send(server.requests, (module.__name__, str(path), budget.limits, environment))
-    try:
-        reply = _collect(server, on_progress, budget.limits, checkpoint)
-    except BaseException:
-        _stop_server()  # interrupted mid-parse, past its deadline, or dead
-        raise
-    *answer, keep = reply
-    if not keep:
-        _stop_server()
-    if answer[0] == "done":
-        return answer[1]
-    raise _rebuild(tuple(answer), budget.limits.max_memory_bytes)
+        server = _running_server(budget.limits.max_memory_bytes)
+        environment = {name: os.environ.get(name) for name in _PARSER_ENVIRONMENT}
+        _send(server.requests, (module.__name__, str(path), budget.limits, environment))
+        try:
+            reply = _collect(server, on_progress, budget.limits, checkpoint)
+        except BaseException:
+            _stop_server()  # interrupted mid-parse, past its deadline, or dead
+            raise
+        *answer, keep = reply
+        if not keep:
+            _stop_server()
+        if answer[0] == "done":
+            return answer[1]
+        raise _rebuild(tuple(answer), budget.limits.max_memory_bytes)
 
 
 def _running_server(memory: int) -> _Server:
