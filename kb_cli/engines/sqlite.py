@@ -81,7 +81,7 @@ def _is_empty(path: Path) -> bool:
 
 def _configure(raw: sqlite3.Connection, busy_timeout_seconds: float) -> None:
     raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
-    raw.execute("PRAGMA journal_mode = WAL")
+    _use_write_ahead_log(raw, busy_timeout_seconds)
     raw.execute("PRAGMA synchronous = NORMAL")
     raw.execute("PRAGMA foreign_keys = ON")
     # Checkpoint (and fsync) every ~40 MiB of log, not SQLite's default ~4 MiB: the same
@@ -89,6 +89,24 @@ def _configure(raw: sqlite3.Connection, busy_timeout_seconds: float) -> None:
     # their versions into one write. The drained queue measured about 25% faster.
     raw.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
     raw.execute(f"PRAGMA journal_size_limit = {WAL_CHECKPOINT_PAGES * 4096}")
+
+
+def _use_write_ahead_log(raw: sqlite3.Connection, busy_timeout_seconds: float) -> None:
+    """Switch to WAL, waiting as long as the busy timeout promises.
+
+    Until its first commit a new database is still in rollback-journal mode, and while
+    another process writes it SQLite refuses the switch at once ("database is locked")
+    without consulting the busy handler: two first commands on a new home would
+    otherwise fail one of them for nothing."""
+    deadline = time.monotonic() + busy_timeout_seconds
+    while True:
+        try:
+            raw.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if not is_lock_error(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def begin(raw: sqlite3.Connection, write: bool) -> None:
