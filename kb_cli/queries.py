@@ -491,8 +491,7 @@ def lexical_ranking(
     the scope is a condition of the ranking statement itself, so chunks outside it never
     take a place in the top `limit`."""
     scoped, scope_params = scope_filter(scope)
-    sql, params = conn.engine.lexical_statement(terms, phrases, limit, scoped)
-    return [(row[0], float(row[1])) for row in conn.execute(sql, {**params, **scope_params})]
+    return conn.engine.lexical_ranking(conn, terms, phrases, limit, scoped, scope_params)
 
 
 def phrase_chunk_ids(conn: Connection, phrases: list[str], scope: Scope) -> set[int]:

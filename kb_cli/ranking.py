@@ -1,9 +1,13 @@
-"""Ranking arithmetic, free of the database: vector similarity, Reciprocal Rank Fusion,
-one hit per document."""
+"""Ranking arithmetic, free of the database: BM25, vector similarity, Reciprocal Rank
+Fusion, one hit per document."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -18,10 +22,45 @@ class SearchMode(StrEnum):
 
 
 RRF_K = 60  # the constant of Cormack et al.; damps the weight of the very first ranks
+BM25_K1, BM25_B = 1.2, 0.75  # SQLite FTS5's bm25() constants, on both engines
 
 Scored = tuple[int, float]  # (chunk id, score) of one ranking, best first
 # (chunk id, score, lexical rank, vector rank): ranks are 1-based, None when absent.
 Hit = tuple[int, float, int | None, int | None]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """What BM25 counts: the chunks a caller may search, and nothing else, so that
+    documents outside the caller's scope (or not published) never shift a score."""
+
+    chunks: int
+    mean_length: float
+    frequency: dict[str, int]  # term: how many of those chunks contain it
+
+
+def bm25(corpus: Corpus, matches: Iterable[tuple[int, str, int, int]]) -> dict[int, float]:
+    """Chunk id: BM25 score, from (chunk id, term, occurrences, chunk length) rows; the
+    same formula as FTS5's bm25() (an idf floor of 1e-6 instead of negative weights)."""
+    mean_length = max(corpus.mean_length, 1.0)
+    weight = {
+        term: max(math.log((corpus.chunks - df + 0.5) / (df + 0.5)), 1e-6)
+        for term, df in corpus.frequency.items()
+    }
+    scores: dict[int, float] = defaultdict(float)
+    for chunk, term, tf, length in matches:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / mean_length)
+        scores[chunk] += weight[term] * tf * (BM25_K1 + 1) / (tf + norm)
+    return scores
+
+
+def best_scored(scores: dict[int, float], limit: int) -> list[Scored]:
+    """The `limit` best, ties by chunk id."""
+    return heapq.nsmallest(
+        limit,
+        ((chunk, score) for chunk, score in scores.items()),
+        key=lambda item: (-item[1], item[0]),
+    )
 
 
 def top_similar(

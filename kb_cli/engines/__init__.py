@@ -5,8 +5,8 @@ Each module offers the DB-API side (`connect`, `begin`, `commit`, `rollback`,
 `connect_error_message`, and `storage_message` / `problem_message`, which name a
 full or read-only disk and a damaged database), the row-lock clauses `LOCK_ROW` and
 `SKIP_LOCKED`, the schema side (`sqlalchemy_engine`, `lock_for_migration`,
-`VERSION_TABLE_EXISTS`) and `lexical_statement(...)`, the BM25 ranking. Statements
-are written once, with `:name` parameters, for both engines.
+`VERSION_TABLE_EXISTS`) and `lexical_ranking(...)`, BM25 over the caller's scope.
+Statements are written once, with `:name` parameters, for both engines.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kb_cli.engines import candidate_filters
 from kb_cli.errors import UsageError
+from kb_cli.ranking import BM25_B, BM25_K1, Scored
 
 if TYPE_CHECKING:
     import psycopg
@@ -181,19 +182,24 @@ def caseless_like(column: str, parameter: str) -> str:
 # "example" and "com"), accents are dropped, English is stemmed, no stopwords. The
 # GIN index ix_chunks_terms (migration 0004) is on exactly this expression.
 WORDS = "to_tsvector('kb_english', regexp_replace({text}, '[^[:alnum:]]+', ' ', 'g'))"
-_K1, _B = 1.2, 0.75  # FTS5's bm25() constants, so both engines rank alike
+_IN_BASE = "JOIN documents AS d ON d.id = c.document_id"
+_PUBLISHED = _IN_BASE + " AND c.revision = d.published_revision"
 
 
-def lexical_statement(
-    terms: list[str], phrases: list[str], limit: int, scope: str
-) -> tuple[str, dict]:
-    """(chunk id, BM25 score) of published chunks matching any term, best first.
+def lexical_ranking(
+    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict
+) -> list[Scored]:
+    """(chunk id, BM25 score) of published chunks in `scope` matching any term, best
+    first; a chunk must contain every phrase verbatim (ILIKE).
 
-    BM25 as SQLite's FTS5 computes it: inverse document frequency over all indexed
-    chunks, term frequency from the lexeme's positions, length in words. Only chunks
-    whose document `d` meets `scope` are ranked."""
+    BM25 as SQLite's FTS5 computes it (ranking.bm25): term frequency from the lexeme's
+    positions, length in words; the chunk count, mean length and document frequencies
+    count every chunk (drafts and earlier revisions too) of the bases in `scope`, and
+    nothing outside it."""
     params: dict[str, object] = {"query": " ".join(terms), "limit": limit}
     filters = candidate_filters(phrases, scope, params, caseless_like)
+    in_scope = f" AND {scope}" if scope else ""
+    counted = f"chunks AS c {_IN_BASE}" if scope else "chunks AS c"
     words = WORDS.format(text="c.terms")
     sql = f"""
         WITH lexemes AS (
@@ -201,32 +207,34 @@ def lexical_statement(
             FROM unnest(tsvector_to_array({WORDS.format(text=":query")})) AS q(lexeme)
         ),
         corpus AS (
-            SELECT count(*) AS n, greatest(avg(term_count), 1) AS avgdl FROM chunks
+            SELECT count(*) AS n, greatest(avg(c.term_count), 1) AS avgdl
+            FROM {counted}
+            WHERE TRUE{in_scope}
         ),
         weights AS (
             SELECT l.lexeme, greatest(ln((corpus.n - hits.df + 0.5) / (hits.df + 0.5)), 1e-6)
                    AS idf
             FROM lexemes AS l CROSS JOIN corpus
             CROSS JOIN LATERAL (
-                SELECT count(*) AS df FROM chunks AS c
-                WHERE {words} @@ to_tsquery('simple', quote_literal(l.lexeme))
+                SELECT count(*) AS df FROM {counted}
+                WHERE {words} @@ to_tsquery('simple', quote_literal(l.lexeme)){in_scope}
             ) AS hits
         ),
         matches AS (
             SELECT c.id, c.term_count, u.lexeme, cardinality(u.positions) AS tf
-            FROM chunks AS c
-            JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
+            FROM chunks AS c {_PUBLISHED}
             CROSS JOIN LATERAL unnest({words}) AS u
             WHERE {words} @@ (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | '))
                               FROM lexemes)
               AND u.lexeme IN (SELECT lexeme FROM lexemes){filters}
         )
         SELECT m.id,
-               sum(w.idf * m.tf * {_K1 + 1}
-                   / (m.tf + {_K1} * ({1 - _B} + {_B} * m.term_count / corpus.avgdl))) AS score
+               sum(w.idf * m.tf * {BM25_K1 + 1}
+                   / (m.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * m.term_count / corpus.avgdl)))
+                   AS score
         FROM matches AS m JOIN weights AS w USING (lexeme) CROSS JOIN corpus
         GROUP BY m.id
         ORDER BY score DESC, m.id
         LIMIT :limit
     """
-    return sql, params
+    return [(row[0], float(row[1])) for row in conn.execute(sql, {**params, **scope_params})]

@@ -12,12 +12,13 @@ import functools
 import os
 import sqlite3
 import time
-from collections import namedtuple
+from collections import Counter, namedtuple
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kb_cli.engines import candidate_filters
 from kb_cli.errors import UsageError
+from kb_cli.ranking import Corpus, Scored, best_scored, bm25
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection as SAConnection
@@ -233,14 +234,39 @@ def lock_for_migration(conn: SAConnection) -> None:
     """Nothing to do: the migration's transaction is BEGIN IMMEDIATE."""
 
 
-def lexical_statement(
-    terms: list[str], phrases: list[str], limit: int, scope: str
-) -> tuple[str, dict]:
-    """(chunk id, BM25 score) of published chunks matching any term, best first; a
-    chunk must contain every phrase verbatim (LIKE: case-insensitive for ASCII), and its
-    document must meet `scope`."""
-    params: dict[str, object] = {"match": fts_any(terms), "limit": limit}
-    filters = candidate_filters(phrases, scope, params, caseless_like)
+# The index's tokenizer (migration 0004); query words go through the same one, so they
+# are looked up as the index stores them (stemmed, accents dropped).
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+# Per connection, in its temp schema: the index's postings (term, chunk, position), and
+# a scratch index that stems the query's words.
+_VOCABULARY = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_postings "
+    "USING fts5vocab(main, chunks_terms, instance)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_query_words "
+    f"USING fts5(word, tokenize='{TOKENIZER}')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_query_terms "
+    "USING fts5vocab(temp, kb_query_words, row)",
+)
+
+
+def lexical_ranking(
+    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict
+) -> list[Scored]:
+    """(chunk id, BM25 score) of published chunks in `scope` matching any term, best
+    first; a chunk must contain every phrase verbatim (LIKE: case-insensitive for ASCII).
+
+    BM25 counts every indexed chunk (drafts and earlier revisions too) of the bases in
+    `scope`, and nothing outside it: FTS5's own bm25() when the scope is every base,
+    and the same formula over the index's postings when it is not."""
+    if not scope:
+        return _ranked_by_the_index(conn, terms, phrases, limit)
+    return _ranked_in_scope(conn, terms, phrases, limit, scope, scope_params)
+
+
+def _ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
+    """FTS5's bm25(), whose statistics cover the whole index."""
+    params: dict[str, object] = {"match": _any_of(terms), "limit": limit}
+    filters = candidate_filters(phrases, "", params, caseless_like)
     sql = f"""
         SELECT c.id, -bm25(chunks_terms) AS score
         FROM chunks_terms
@@ -250,14 +276,64 @@ def lexical_statement(
         ORDER BY score DESC, c.id
         LIMIT :limit
     """
-    return sql, params
+    return [(row[0], float(row[1])) for row in conn.execute(sql, params)]
+
+
+def _any_of(terms: list[str]) -> str:
+    """Any of the terms, each a quoted FTS5 string: operators in input stay plain text."""
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def _ranked_in_scope(
+    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict
+) -> list[Scored]:
+    """ranking.bm25 over the index's postings of the chunks in `scope` only; about 4
+    times slower than bm25() (benchmark case 7), so only when some base is out of
+    scope."""
+    stems = _stems(conn, terms)
+    if not stems:
+        return []
+    params: dict[str, object] = {f"t{i}": stem for i, stem in enumerate(stems)}
+    placeholders = ", ".join(":" + name for name in params)
+    wanted = candidate_filters(phrases, "", params, caseless_like)
+    rows = conn.execute(
+        f"""
+        WITH hits AS (
+            SELECT doc, term, count(*) AS tf FROM temp.kb_postings
+            WHERE term IN ({placeholders})
+            GROUP BY doc, term
+        )
+        SELECT h.doc, h.term, h.tf, c.term_count,
+               (c.revision = d.published_revision{wanted}) AS wanted
+        FROM hits AS h
+        JOIN chunks AS c ON c.id = h.doc
+        JOIN documents AS d ON d.id = c.document_id
+        WHERE {scope}
+        """,
+        {**params, **scope_params},
+    ).all()
+    chunks, mean_length = conn.execute(
+        "SELECT count(*), coalesce(avg(c.term_count), 0) FROM chunks AS c "
+        f"JOIN documents AS d ON d.id = c.document_id WHERE {scope}",
+        scope_params,
+    ).first()
+    frequency = Counter(row[1] for row in rows)
+    scores = bm25(Corpus(chunks, mean_length, dict(frequency)), (row[:4] for row in rows))
+    keep = {row[0] for row in rows if row[4]}
+    return best_scored({chunk: score for chunk, score in scores.items() if chunk in keep}, limit)
+
+
+def _stems(conn, terms: list[str]) -> list[str]:
+    """The query's words as the index stores them, each once."""
+    for statement in _VOCABULARY:
+        conn.execute(statement)
+    conn.execute("DELETE FROM temp.kb_query_words")
+    conn.executemany(
+        "INSERT INTO temp.kb_query_words (word) VALUES (:word)", [{"word": t} for t in terms]
+    )
+    return list(conn.execute("SELECT term FROM temp.kb_query_terms ORDER BY term").scalars())
 
 
 def caseless_like(column: str, parameter: str) -> str:
     """LIKE is case-insensitive for ASCII in SQLite; the pattern is escape_like'd."""
     return f"{column} LIKE :{parameter} ESCAPE '\\'"
-
-
-def fts_any(terms: list[str]) -> str:
-    """Any of the terms, each a quoted FTS5 string: operators in input stay plain text."""
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)

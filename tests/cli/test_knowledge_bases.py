@@ -314,12 +314,8 @@ def test_workers_process_tasks_of_every_base(invoke, two_bases):
 # --- search is filtered before it is scored --------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["lexical", "vector", "hybrid"])
-def test_unreadable_better_matches_never_take_the_top_k(invoke, tmp_path, monkeypatch, mode):
-    """60 unreadable chunks match far better than the one readable chunk, more than the
-    50 candidates each ranking offers: filtering after ranking would return nothing."""
-    monkeypatch.setenv("KB_VECTOR_FLOOR", "0")  # every related vector is a candidate
+def admin_reader_and_a_secret_base(invoke) -> tuple[str, str]:
+    """Tokens of an admin and of a finance viewer, and a base only engineering reads."""
     admin = ok(invoke("user", "add", "root", "--role", "admin", "--json"))[0]["token"]
     reader = ok(
         invoke(
@@ -327,6 +323,16 @@ def test_unreadable_better_matches_never_take_the_top_k(invoke, tmp_path, monkey
         )
     )[0]["token"]
     ok(invoke("base", "create", "secret", "--team", "engineering", "--json", token=admin))
+    return admin, reader
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["lexical", "vector", "hybrid"])
+def test_unreadable_better_matches_never_take_the_top_k(invoke, tmp_path, monkeypatch, mode):
+    """60 unreadable chunks match far better than the one readable chunk, more than the
+    50 candidates each ranking offers: filtering after ranking would return nothing."""
+    monkeypatch.setenv("KB_VECTOR_FLOOR", "0")  # every related vector is a candidate
+    admin, reader = admin_reader_and_a_secret_base(invoke)
     decoys = []
     for i in range(60):
         decoy = tmp_path / f"decoy{i}.txt"
@@ -343,6 +349,49 @@ def test_unreadable_better_matches_never_take_the_top_k(invoke, tmp_path, monkey
     assert hit["document_id"] == task["document_id"]
     top = search(invoke, admin, "zebra stripes", "--limit", "1", "--mode", mode)
     assert top[0]["filename"].startswith("decoy")  # they do match better
+
+
+def test_unreadable_documents_never_shift_a_readers_scores(invoke, tmp_path):
+    """BM25's statistics (chunk count, mean length, document frequency) count only the
+    bases the reader may read: the same question scores exactly the same before and
+    after another team publishes documents full of its words, so nothing about them
+    shows through a score or an order."""
+    admin, reader = admin_reader_and_a_secret_base(invoke)
+    readable = []
+    for name, text in [
+        ("budget.txt", "The budget review covers invoices and the travel budget."),
+        ("invoices.txt", "Invoices are paid within thirty days of the budget approval."),
+        ("travel.txt", "Travel is booked through the finance portal, never by invoices."),
+    ]:
+        path = tmp_path / name
+        path.write_text(text)
+        readable.append(path)
+    for i in range(9):  # most chunks lack the question's words, so each word weighs
+        path = tmp_path / f"other{i}.txt"
+        path.write_text(f"Notes about office plants, parking and lunch, number {i}.")
+        readable.append(path)
+    ingest(invoke, admin, "default", *readable)
+    question = "budget invoices travel"
+
+    def scores() -> list[tuple[str, float]]:
+        hits = search(invoke, reader, question, "--mode", "lexical")
+        return [(hit["filename"], hit["score"]) for hit in hits]
+
+    before = scores()
+    assert len(before) == 3
+    hidden = []
+    for i in range(8):
+        path = tmp_path / f"secret{i}.txt"
+        path.write_text("budget " * (i + 1) + "invoices travel engineering budget")
+        hidden.append(path)
+    ingest(invoke, admin, "secret", *hidden)
+    assert scores() == before
+    the_admins = search(invoke, admin, question, "--mode", "lexical", "--base", "default")
+    assert [(hit["filename"], hit["score"]) for hit in the_admins] == before
+    everything = search(invoke, admin, question, "--mode", "lexical", "--limit", "20")
+    assert {hit["score"] for hit in everything if hit["base"] == "default"} != {
+        score for _, score in before
+    }, "the secret base's words count for a caller who reads it"
 
 
 # --- open mode, the default base, the migration, doctor --------------------------------

@@ -1,0 +1,61 @@
+"""BM25 over a scope: the same formula and the same numbers as SQLite FTS5's own
+bm25() when the scope is the whole index, computed from the index's postings."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb_cli.engines import sqlite
+from kb_cli.ranking import Corpus, best_scored, bm25
+from tests.conftest import sqlite_only
+
+CHUNK_TEXTS = [
+    "Running the retention policy deletes invoices after seven years.",
+    "The policy on travel: book early; the travel portal runs the booking.",
+    "Invoices, invoices and more invoices: the finance team's retention rules.",
+    "Nothing here matches the question at all, only parking and plants.",
+    "Des accents: la politique de rétention s'applique aux factures.",
+]
+
+
+@sqlite_only
+@pytest.mark.parametrize(
+    "question", ["retention policy", "invoices run", "travel booking policy", "retention"]
+)
+def test_scoped_bm25_of_the_whole_index_is_fts5s_bm25(invoke, kb, tmp_path, question):
+    for i, text in enumerate(CHUNK_TEXTS):
+        (tmp_path / f"doc{i}.txt").write_text(text)
+    tasks = invoke("upload", *(str(tmp_path / f"doc{i}.txt") for i in range(5)), "--submit")
+    assert tasks.code == 0, tasks.stderr
+    assert invoke("work", "--drain").code == 0
+    for line in invoke("status", "--json").records:
+        assert invoke("publish", line["document_id"]).code == 0
+    terms = question.split()
+    with kb.db.read() as conn:
+        native = sqlite._ranked_by_the_index(conn, terms, [], 10)
+        scoped = sqlite._ranked_in_scope(conn, terms, [], 10, "1 = 1", {})
+    assert native, "the question matches some chunks"
+    assert [chunk for chunk, _ in scoped] == [chunk for chunk, _ in native]
+    for (_, mine), (_, theirs) in zip(scoped, native, strict=True):
+        assert mine == pytest.approx(theirs, rel=1e-9)
+
+
+def test_bm25_weighs_rare_terms_and_short_chunks_higher():
+    corpus = Corpus(chunks=100, mean_length=10.0, frequency={"rare": 2, "common": 60})
+    scores = bm25(
+        corpus,
+        [
+            (1, "rare", 1, 10),
+            (2, "common", 1, 10),
+            (3, "rare", 1, 40),
+            (4, "common", 3, 10),
+        ],
+    )
+    assert scores[1] > scores[3] > 0  # the same word weighs more in a shorter chunk
+    assert scores[1] > scores[4] > scores[2] > 0  # a rare word beats a frequent one
+    assert best_scored(scores, 2) == [(1, scores[1]), (3, scores[3])]
+
+
+def test_a_term_in_most_chunks_keeps_a_tiny_positive_weight():
+    corpus = Corpus(chunks=4, mean_length=5.0, frequency={"the": 4})
+    assert 0 < bm25(corpus, [(1, "the", 1, 5)])[1] < 1e-5
