@@ -41,20 +41,22 @@ def make_pdf(pages: list[str]) -> bytes:
         f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
     ]
     font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
-    everything = header + objects + [font]
+    return raw_pdf(header + objects + [font])
+
+
+def raw_pdf(objects: list[bytes]) -> bytes:
+    """A PDF of these object bodies (object 1 is the catalog), with a correct xref."""
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
-    for number, body in enumerate(everything, start=1):
+    for number, body in enumerate(objects, start=1):
         offsets.append(out.tell())
         out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
     xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(everything) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    out.writelines(b"%010d 00000 n \n" % offset for offset in offsets)
     out.write(
-        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
-        % (len(everything) + 1, xref)
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     )
     return out.getvalue()
 

@@ -162,7 +162,7 @@ def test_aes_pdfs_are_read_or_say_they_have_a_password(tmp_path, monkeypatch, ba
 
 def cyclic_page_tree_pdf() -> bytes:
     """A page tree whose kid is the tree itself: pdfium opens it, fails on the page."""
-    from tests.service.test_hostile_files import raw_pdf
+    from tests.docgen import raw_pdf
 
     return raw_pdf(
         [

@@ -18,27 +18,10 @@ import pytest
 from kb_cli.chunking import chunk_blocks
 from kb_cli.parsers import Block, ParseLimits, parse
 from tests.conftest import db_rows, kb_env, run_kb, start_kb
-from tests.docgen import make_pdf
+from tests.docgen import make_pdf, raw_pdf
 
 PDF = "application/pdf"
 BACKENDS = ["pypdf", "pdfium"]
-
-
-def raw_pdf(objects: list[bytes]) -> bytes:
-    """A PDF of these object bodies (object 1 is the catalog), with a correct xref."""
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    out.writelines(b"%010d 00000 n \n" % offset for offset in offsets)
-    out.write(
-        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    )
-    return out.getvalue()
 
 
 def flate_bomb_pdf(inflated_bytes: int) -> bytes:
