@@ -19,6 +19,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kb_cli.stopwords import is_stopword
+
 # Scripts written without spaces between words.
 UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _UNSPACED_RUN = re.compile(f"[{UNSPACED}]+")
@@ -62,6 +64,12 @@ def words(text: str) -> list[str]:
     return found
 
 
+def script_of(text: str) -> str:
+    """cjk when the text has words of an unspaced script (a Chinese question that names
+    Spring Boot is still Chinese), else latin."""
+    return "cjk" if _UNSPACED_RUN.search(text) else "latin"
+
+
 @dataclass(frozen=True)
 class Query:
     """A search query: words to rank by, phrases every hit must contain verbatim."""
@@ -76,11 +84,15 @@ class Query:
 
 def parse_query(text: str) -> Query:
     """Quoted phrases ("...", “...”, 「...」) must match exactly; every other word
-    ranks. Operators and punctuation are plain text, never query syntax."""
+    ranks, but stopwords (kb_cli/stopwords.py) only when the query has nothing else.
+    Operators and punctuation are plain text, never query syntax."""
     phrases = [next(filter(None, groups)) for groups in _PHRASE.findall(text)]
     phrases = [" ".join(phrase.split()) for phrase in phrases if phrase.strip()]
-    rest = _PHRASE.sub(" ", text)
-    terms = list(dict.fromkeys(words(rest) + [w for phrase in phrases for w in words(phrase)]))
+    loose = words(_PHRASE.sub(" ", text))
+    topical = [word for word in loose if not is_stopword(word)]
+    phrase_words = [word for phrase in phrases for word in words(phrase)]
+    ranking = topical or ([] if phrase_words else loose)
+    terms = list(dict.fromkeys(ranking + phrase_words))
     return Query(terms, phrases)
 
 

@@ -30,10 +30,23 @@ def test_chinese_is_indexed_as_words_long_and_short():
 
 
 def test_a_query_is_words_and_quoted_phrases_operators_are_text():
-    query = parse_query('出差回来后最迟多久要提交报销？ "code freeze" AND NEAR(x*')
+    query = parse_query('出差回来后最迟多久要提交报销？ "code freeze" NEAR(x* OR')
     assert query.phrases == ["code freeze"]
-    assert {"出差", "报销", "AND", "NEAR", "x", "code", "freeze"} <= set(query.terms)
+    assert {"出差", "报销", "NEAR", "x", "code", "freeze"} <= set(query.terms)
     assert parse_query("?!").empty
+    assert parse_query("OR AND NOT").terms == ["OR", "AND", "NOT"]  # stopwords, but all it has
+
+
+def test_stopwords_do_not_rank_but_a_phrase_keeps_its_words():
+    assert parse_query("How do I stop waiting when the server is slow?").terms == [
+        "stop",
+        "waiting",
+        "server",
+        "slow",
+    ]
+    assert parse_query("怎么设置请求的超时时间？").terms == ["设置", "请求", "超时", "时间"]
+    assert parse_query('what does "the end" mean').terms == ["mean", "the", "end"]
+    assert parse_query('"the end"').terms == ["the", "end"]
 
 
 def test_a_line_break_inside_chinese_words_is_no_space():
@@ -188,7 +201,13 @@ def test_modes_ranks_and_one_hit_per_document(invoke, corpus):
     vector = invoke("search", question, "--mode", "vector", "--json").records
     assert all(hit["vector_rank"] is None for hit in lexical)
     assert all(hit["lexical_rank"] is None for hit in vector)
-    assert [hit["lexical_rank"] for hit in lexical] == list(range(1, len(lexical) + 1))
+    ranks = [hit["lexical_rank"] for hit in lexical]
+    assert ranks[0] == 1 and len(set(ranks)) == len(ranks)
+    # Each document's best hit first, in rank order; its further hits after all of them.
+    documents = [hit["filename"] for hit in lexical]
+    firsts = len(set(documents))
+    assert len(set(documents[:firsts])) == firsts
+    assert ranks[:firsts] == sorted(ranks[:firsts]) and ranks[firsts:] == sorted(ranks[firsts:])
     per_document = invoke("search", question, "--per-document", "--json").records
     filenames = [hit["filename"] for hit in per_document]
     assert len(filenames) == len(set(filenames)) and filenames[0] == "pdf-security.md"
