@@ -5,12 +5,15 @@ longer than that is split at sentence ends (Latin or CJK punctuation), then at s
 and as a last resort at the character limit, which is what unspaced Chinese needs.
 Each chunk after the first of a section starts with up to OVERLAP_CHARS characters
 from the end of the previous one, so a sentence cut at a border is still findable.
-A chunk never spans two headings; it keeps the page and heading it starts in.
+A chunk never spans two headings; it keeps the page and heading it starts in, and
+knows the headings above (its section's path). The document's title and that path
+are the chunk's context: embedded and indexed with its text, never shown as part of it.
 Time is linear in the length of the text, punctuated or not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +24,9 @@ from kb_cli.parsers import Block
 
 TARGET_CHARS = 1000
 OVERLAP_CHARS = 150
+CONTEXT_SEPARATOR = " › "
+MAX_CONTEXT_CHARS = 500
+_FILENAME_SEPARATORS = re.compile(r"[-_.\s]+")
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 # Latin sentences end at punctuation followed by a space (so 3.14 and example.com stay
@@ -39,6 +45,8 @@ class ChunkText:
     text: str
     page: int | None
     heading: str | None
+    parents: tuple[str, ...] = ()  # the headings above `heading`, outermost first
+    context: str = ""  # the document's title and the heading path (with_context)
 
 
 def chunk_blocks(
@@ -52,20 +60,66 @@ def chunk_blocks(
     every few hundred chunks, so that a stop is noticed on a long document."""
     if not 0 <= overlap < target // 2:
         raise ValueError("overlap must be less than half the target size")
-    texts: list[tuple[str, int | None, str | None]] = []
-    for heading, section in itertools.groupby(blocks, key=lambda block: block.heading):
-        for packed in _pack_section(list(section), heading, target, overlap):
-            texts.append(packed)
-            if max_chunks is not None and len(texts) > max_chunks:
+    chunks: list[ChunkText] = []
+    for (heading, parents), section in itertools.groupby(
+        blocks, key=lambda block: (block.heading, block.parents)
+    ):
+        for text, page in _pack_section(list(section), target, overlap):
+            chunks.append(ChunkText(len(chunks), text, page, heading, parents))
+            if max_chunks is not None and len(chunks) > max_chunks:
                 raise DocumentTooLarge(f"more than {max_chunks} chunks (KB_MAX_CHUNKS)")
-            if len(texts) % 256 == 0:
+            if len(chunks) % 256 == 0:
                 checkpoint()
-    return [ChunkText(i, text, page, heading) for i, (text, page, heading) in enumerate(texts)]
+    return chunks
+
+
+def with_context(chunks: list[ChunkText], filename: str) -> list[ChunkText]:
+    """The chunks, each knowing its document's title and its section's heading path."""
+    title = document_title(chunks, filename)
+    return [dataclasses.replace(chunk, context=section_context(title, chunk)) for chunk in chunks]
+
+
+def document_title(chunks: list[ChunkText], filename: str) -> str:
+    """The first heading of the document, or else its file name in words."""
+    for chunk in chunks:
+        if chunk.heading:
+            return (chunk.parents or (chunk.heading,))[0]
+    return _FILENAME_SEPARATORS.sub(" ", filename.rsplit(".", 1)[0]).strip() or filename
+
+
+def section_context(title: str, chunk: ChunkText) -> str:
+    """Where a chunk stands: the document's title and its section's heading path."""
+    path = [title, *chunk.parents, *([chunk.heading] if chunk.heading else [])]
+    context = CONTEXT_SEPARATOR.join(dict.fromkeys(heading.strip() for heading in path))
+    return context[:MAX_CONTEXT_CHARS]
+
+
+def contextual_text(context: str | None, text: str) -> str:
+    """What is embedded and indexed for a chunk: its context, then its text."""
+    return f"{context}\n{text}" if context else text
+
+
+def merge_passage(texts: list[str]) -> str:
+    """Consecutive chunks as one passage: the overlap each chunk repeats from the one
+    before (its first OVERLAP_CHARS at most) appears once."""
+    passage = texts[0] if texts else ""
+    for text in texts[1:]:
+        repeated = next(
+            (
+                size
+                for size in range(min(len(text), len(passage), 2 * OVERLAP_CHARS), 0, -1)
+                if passage.endswith(text[:size])
+            ),
+            0,
+        )
+        rest = text[repeated:].lstrip("\n")
+        passage = f"{passage}\n{rest}" if rest else passage
+    return passage
 
 
 def _pack_section(
-    section: list[Block], heading: str | None, target: int, overlap: int
-) -> Iterator[tuple[str, int | None, str | None]]:
+    section: list[Block], target: int, overlap: int
+) -> Iterator[tuple[str, int | None]]:
     current: list[str] = []
     length = 0  # of "\n".join(current)
     page: int | None = None
@@ -75,7 +129,7 @@ def _pack_section(
         for paragraph in _paragraphs(block.text, target - overlap - 1):
             if fresh and length + 1 + len(paragraph) > target:
                 text = _join(current)
-                yield text, page, heading
+                yield text, page
                 tail = _tail(text, overlap)
                 current = [tail] if tail else []
                 length = len(tail)
@@ -86,7 +140,7 @@ def _pack_section(
             current.append(paragraph)
             fresh = True
     if fresh:
-        yield _join(current), page, heading
+        yield _join(current), page
 
 
 def _join(pieces: list[str]) -> str:

@@ -432,6 +432,7 @@ _CHUNK_COLUMNS = (
     "text",
     "page",
     "heading",
+    "context",
     "terms",
     "term_count",
     "embedding",
@@ -528,9 +529,20 @@ def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Any]:
         return {}
     sql = (
         "SELECT c.id, c.document_id, d.base, d.filename, c.revision, c.chunk_index, c.text, c.page,"
-        f" c.heading {_PUBLISHED_CHUNKS} WHERE c.id IN ({', '.join(':' + n for n in names)})"
+        f" c.heading, c.context {_PUBLISHED_CHUNKS}"
+        f" WHERE c.id IN ({', '.join(':' + n for n in names)})"
     )
     return {row.id: row for row in conn.execute(sql, dict(zip(names, chunk_ids, strict=True)))}
+
+
+def chunk_range(conn: Connection, document_id: str, revision: int, first: int, last: int):
+    """Chunks `first`..`last` of a revision, in order (the neighbours of a hit)."""
+    sql = f"""SELECT chunk_index, text, heading, context FROM {CHUNKS}
+        WHERE document_id = :document_id AND revision = :revision
+          AND chunk_index BETWEEN :first AND :last
+        ORDER BY chunk_index"""
+    params = {"document_id": document_id, "revision": revision, "first": first, "last": last}
+    return conn.execute(sql, params).all()
 
 
 # --- embeddings of stored chunks (kb reindex --embeddings) ---------------------------
@@ -549,7 +561,7 @@ def revisions_to_embed(conn: Connection, model: str) -> list[Any]:
 
 
 def chunks_to_embed(conn: Connection, document_id: str, revision: int, model: str) -> list[Any]:
-    sql = f"""SELECT id, text FROM {CHUNKS}
+    sql = f"""SELECT id, text, context FROM {CHUNKS}
         WHERE document_id = :id AND revision = :rev
           AND (embedding_model IS NULL OR embedding_model != :model)
         ORDER BY chunk_index"""

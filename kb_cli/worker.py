@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from typing import Protocol, TypeVar
 
 from kb_cli import queries
-from kb_cli.chunking import ChunkText, chunk_blocks
+from kb_cli.chunking import ChunkText, chunk_blocks, contextual_text, with_context
 from kb_cli.db import Connection, format_stamp, parse_stamp, utcnow
 from kb_cli.embeddings import to_blob
 from kb_cli.errors import (
@@ -401,7 +401,7 @@ class _Run:
                 f"document {self.claim.task.document_id} does not exist",
             )
         path = self._download(document)
-        chunks = self._parse(path, document.content_type)
+        chunks = with_context(self._parse(path, document.content_type), document.filename)
         self._finalize(self._index(chunks, self._embed(chunks)))
 
     def _download(self, document: Row) -> Path:
@@ -468,7 +468,10 @@ class _Run:
             return [None] * total
         blobs: list[bytes | None] = []
         for start in range(0, total, embedder.batch_size):
-            batch = [chunk.text for chunk in chunks[start : start + embedder.batch_size]]
+            batch = [
+                contextual_text(chunk.context, chunk.text)
+                for chunk in chunks[start : start + embedder.batch_size]
+            ]
             try:
                 vectors = embedder.embed(batch)
             except ProviderUnavailable as error:
@@ -510,12 +513,13 @@ class _Run:
         ]
 
     def _row(self, chunk: ChunkText, vector: bytes | None) -> dict:
-        terms = index_terms(chunk.text)
+        terms = index_terms(contextual_text(chunk.context, chunk.text))
         return {
             "chunk_index": chunk.index,
             "text": chunk.text,
             "page": chunk.page,
             "heading": chunk.heading and chunk.heading[:500],
+            "context": chunk.context or None,
             "terms": terms,
             "term_count": count_words(terms),
             "embedding": vector,

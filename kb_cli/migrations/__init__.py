@@ -13,7 +13,15 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 # Oldest first. A database at a revision not listed here was made by a newer kb.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005_hardening", "0006_bases")
+REVISIONS = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005_hardening",
+    "0006_bases",
+    "0007_chunk_context",
+)
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"
 

@@ -59,7 +59,26 @@ class Budget:
 class Block:
     text: str
     page: int | None = None
-    heading: str | None = None
+    heading: str | None = None  # the nearest heading above the text
+    parents: tuple[str, ...] = ()  # the headings above `heading`, outermost first
+
+
+class HeadingPath:
+    """The headings enclosing the current position, as a parser meets them in order."""
+
+    def __init__(self) -> None:
+        self._open: list[tuple[int, str]] = []  # (level, text), outermost first
+
+    def enter(self, level: int, text: str) -> None:
+        """A heading of `level` (1 = outermost) closes every heading at or below it."""
+        while self._open and self._open[-1][0] >= level:
+            self._open.pop()
+        self._open.append((level, text))
+
+    def block(self, text: str, page: int | None = None) -> Block:
+        """A block of text under the current headings."""
+        headings = tuple(heading for _level, heading in self._open)
+        return Block(text, page, headings[-1] if headings else None, headings[:-1])
 
 
 class ParseError(Exception):

@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 from kb_cli.errors import DocumentTooLarge
-from kb_cli.parsers import Block, Budget, ParseError, ProgressCallback
+from kb_cli.parsers import Block, Budget, HeadingPath, ParseError, ProgressCallback
 
 
 def preload() -> None:
@@ -30,12 +30,13 @@ def parse(path: Path, on_progress: ProgressCallback, budget: Budget) -> list[Blo
         raise ParseError(f"not a valid DOCX file: {error}") from error
     items = list(document.iter_inner_content())
     blocks: list[Block] = []
-    heading: str | None = None
+    path = HeadingPath()
     for done, item in enumerate(items, start=1):
-        text, is_heading = _text_of(item)
+        text, level = _text_of(item)
         if text:
-            heading = text if is_heading else heading
-            blocks.append(Block(budget.add(text), heading=heading))
+            if level is not None:
+                path.enter(level, text)
+            blocks.append(path.block(budget.add(text)))
         on_progress(done, len(items))
     if not items:
         on_progress(1, 1)
@@ -54,13 +55,22 @@ def _check_inflated_size(path: Path, limit: int) -> None:
         )
 
 
-def _text_of(item) -> tuple[str, bool]:
-    """(text, whether it is a heading) of a paragraph or a table."""
+def _text_of(item) -> tuple[str, int | None]:
+    """(text, heading level or None) of a paragraph or a table: the Title style is
+    level 0, "Heading N" level N."""
     from docx.text.paragraph import Paragraph
 
     if isinstance(item, Paragraph):
-        text = item.text.strip()
-        style = item.style
-        return text, bool(style is not None and style.name.lower().startswith(("heading", "title")))
+        return item.text.strip(), _heading_level(item.style and item.style.name)
     rows = [" | ".join(cell.text.strip() for cell in row.cells) for row in item.rows]
-    return "\n".join(row for row in rows if row.strip(" |")), False
+    return "\n".join(row for row in rows if row.strip(" |")), None
+
+
+def _heading_level(style: str | None) -> int | None:
+    name = (style or "").lower()
+    if name.startswith("title"):
+        return 0
+    if name.startswith("heading"):
+        digits = name.removeprefix("heading").strip()
+        return int(digits) if digits.isdigit() else 1
+    return None

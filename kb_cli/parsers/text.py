@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kb_cli.parsers import Block, Budget, ParseError, ProgressCallback
+from kb_cli.parsers import Block, Budget, HeadingPath, ParseError, ProgressCallback
 
 # Tried in order. GB18030 is a superset of GBK and GB2312, the legacy encodings most
 # often met in Chinese text; latin-1 decodes any bytes, so the chain always ends.
 ENCODINGS = ("utf-8-sig", "gb18030", "cp1252", "latin-1")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_ADORNMENT_CHARS = "=-~^\"'`#*+:._"
+MAX_TITLE_CHARS = 120
 
 
 def decode(data: bytes) -> str:
@@ -30,22 +33,78 @@ def parse(
     text = budget.add(decode(path.read_bytes())).replace("\r\n", "\n").replace("\r", "\n")
     if "\x00" in text:
         raise ParseError("binary content (NUL bytes) in a text file")
-    blocks = _markdown_sections(text) if markdown else [Block(text)]
+    blocks = _sections(text.split("\n"), markdown)
     on_progress(1, 1)
     return [block for block in blocks if block.text.strip()]
 
 
-def _markdown_sections(text: str) -> list[Block]:
-    """Split Markdown at headings so each block knows the heading it falls under."""
+def _sections(lines: list[str], markdown: bool) -> list[Block]:
+    """Split at headings so each block knows the headings it falls under: in Markdown
+    `#` headings outside code fences and `===`/`---` underlines; in plain text the
+    underlined (and overlined) titles of reStructuredText and of many README files,
+    levelled in the order their adornments first appear, as reStructuredText does.
+    A heading's text stays the first line of its block."""
+    path = HeadingPath()
     blocks: list[Block] = []
-    heading: str | None = None
-    lines: list[str] = []
-    for line in text.split("\n"):
-        match = _HEADING.match(line)
-        if match:
-            blocks.append(Block("\n".join(lines), heading=heading))
-            heading, lines = match.group(2), [match.group(2)]
-        else:
-            lines.append(line)
-    blocks.append(Block("\n".join(lines), heading=heading))
+    body: list[str] = []
+    adornments: list[tuple[str, bool]] = []  # plain text: one per level, in order met
+    fence: str | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        heading, level, used = None, 0, 1
+        if markdown and _FENCE.match(line):
+            marker = _FENCE.match(line).group(1)[:3]
+            fence = None if fence == marker else fence or marker
+        elif markdown and fence is None and (match := _HEADING.match(line)):
+            heading, level = match.group(2), len(match.group(1))
+        elif fence is None and (underlined := _underlined(lines, i, markdown)):
+            heading, style, used = underlined
+            if markdown:
+                level = 1 if style[0] == "=" else 2
+            else:
+                if style not in adornments:
+                    adornments.append(style)
+                level = adornments.index(style) + 1
+        if heading is None:
+            body.append(line)
+            i += 1
+            continue
+        blocks.append(path.block("\n".join(body)))
+        path.enter(level, heading)
+        body = [heading]
+        i += used
+    blocks.append(path.block("\n".join(body)))
     return blocks
+
+
+def _underlined(
+    lines: list[str], i: int, markdown: bool
+) -> tuple[str, tuple[str, bool], int] | None:
+    """(title, (adornment character, overlined), lines used) when a title starts at
+    line i: a short unindented line under which (and, in plain text, optionally above
+    which) stands a line of one repeated punctuation character at least as long."""
+    over = not markdown and _is_adornment(lines[i]) and i + 2 < len(lines)
+    title_at = i + 1 if over else i
+    if title_at + 1 >= len(lines):
+        return None
+    title, under = lines[title_at], lines[title_at + 1]
+    stripped = title.strip()
+    if (
+        not stripped
+        or len(stripped) > MAX_TITLE_CHARS
+        or (title[0].isspace() and not over)
+        or (i > 0 and lines[i - 1].strip() and not over)  # a paragraph's last line
+        or not _is_adornment(under)
+        or len(under.rstrip()) < len(stripped)
+        or (markdown and under[0] not in "=-")
+    ):
+        return None
+    if over and lines[i].rstrip() != under.rstrip():
+        return None
+    return stripped, (under[0], over), title_at + 2 - i
+
+
+def _is_adornment(line: str) -> bool:
+    line = line.rstrip()
+    return len(line) >= 3 and line[0] in _ADORNMENT_CHARS and line == line[0] * len(line)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kb_cli import queries
+from kb_cli.chunking import contextual_text
 from kb_cli.embeddings import to_blob
 from kb_cli.errors import UsageError
 from kb_cli.services.context import Kb
@@ -46,7 +47,7 @@ def reindex_embeddings(kb: Kb, on_progress: Callable[[int, int], None]) -> Reind
             )
         for start in range(0, len(chunks), embedder.batch_size):
             batch = chunks[start : start + embedder.batch_size]
-            vectors = embedder.embed([chunk.text for chunk in batch])
+            vectors = embedder.embed([contextual_text(c.context, c.text) for c in batch])
             rows = [
                 {
                     "id": chunk.id,

@@ -1,0 +1,100 @@
+"""Pure pieces of retrieval: headings as paths, a chunk's context, passages, fusion
+weights, spreading hits over documents, reranking, the query's script."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kb_cli.chunking import chunk_blocks, merge_passage, with_context
+from kb_cli.parsers import Block, Budget, ParseLimits, text
+from kb_cli.ranking import fuse, rerank, spread
+from kb_cli.textsearch import script_of
+
+
+def _parse(tmp_path: Path, source: str, markdown: bool) -> list[Block]:
+    path = tmp_path / ("doc.md" if markdown else "doc.txt")
+    path.write_text(source, encoding="utf-8")
+    return text.parse(path, lambda *_: None, Budget(ParseLimits()), markdown=markdown)
+
+
+def test_markdown_headings_nest_and_code_comments_are_no_headings(tmp_path):
+    source = (
+        "# Guide\n\nIntro.\n\n## Clients\n\n```python\n# a comment\nx = 1\n```\n\n"
+        "Pools\n-----\n\nSizes.\n\n### Limits\n\nMax.\n\n# Other\n\nMore."
+    )
+    blocks = _parse(tmp_path, source, markdown=True)
+    assert [(b.parents, b.heading) for b in blocks] == [
+        ((), "Guide"),
+        (("Guide",), "Clients"),
+        (("Guide",), "Pools"),
+        (("Guide", "Pools"), "Limits"),
+        ((), "Other"),
+    ]
+    assert "# a comment" in blocks[1].text
+
+
+def test_plain_text_titles_are_levelled_by_their_adornment_as_in_restructuredtext(tmp_path):
+    source = (
+        "=====\nFlask\n=====\n\nIntro.\n\nInstall\n-------\n\nPip.\n\nVenv\n~~~~\n\nMake one."
+        "\n\nDeploy\n------\n\nGo.\n\nA paragraph line\n----\n"
+    )
+    blocks = _parse(tmp_path, source, markdown=False)
+    assert [(b.parents, b.heading) for b in blocks] == [
+        ((), "Flask"),
+        (("Flask",), "Install"),
+        (("Flask", "Install"), "Venv"),
+        (("Flask",), "Deploy"),
+    ]
+    assert blocks[-1].text.endswith("A paragraph line\n----\n")  # shorter than its text
+
+
+def test_a_chunk_knows_its_title_and_section_path():
+    blocks = [
+        Block("Body one.", heading="Clients", parents=("Guide",)),
+        Block("Body two.", heading="Timeouts", parents=("Guide", "Clients")),
+    ]
+    chunks = with_context(chunk_blocks(blocks), "advanced--clients.md")
+    assert [chunk.context for chunk in chunks] == [
+        "Guide › Clients",
+        "Guide › Clients › Timeouts",
+    ]
+    [untitled] = with_context(chunk_blocks([Block("Just text.")]), "travel_expense-policy.txt")
+    assert untitled.context == "travel expense policy"
+
+
+def test_a_passage_of_consecutive_chunks_holds_each_sentence_once():
+    paragraphs = [f"Paragraph {i} says something about topic {i}, in few words." for i in range(40)]
+    chunks = chunk_blocks([Block("\n\n".join(paragraphs))], target=300, overlap=60)
+    assert len(chunks) > 5
+    assert all(chunk.text.count("\n") for chunk in chunks[1:])  # each repeats a tail
+    assert merge_passage([chunk.text for chunk in chunks]) == "\n".join(paragraphs)
+    assert merge_passage([chunks[2].text]) == chunks[2].text
+
+
+def test_fusion_weights_the_meaning_ranking():
+    lexical = [(1, 9.0), (2, 8.0), (3, 7.0)]
+    vector = [(3, 0.9), (4, 0.8)]
+    assert [hit[0] for hit in fuse(lexical, vector)] == [3, 1, 2, 4]  # plain RRF
+    assert [hit[0] for hit in fuse(lexical, vector, vector_weight=0.0)] == [1, 2, 3, 4]
+    # 3: 1/63 + 0.02/61 = 0.01620, between 1 (1/61 = 0.01639) and 2 (1/62 = 0.01613)
+    weighted = fuse(lexical, vector, vector_weight=0.02)
+    assert weighted[0] == (1, 1 / 61, 1, None)
+    assert [hit[0] for hit in weighted] == [1, 3, 2, 4]
+
+
+def test_spread_moves_a_documents_later_hits_behind_the_others():
+    hits = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None), (4, 0.6, 4, None)]
+    document = {1: "a", 2: "a", 3: "b", 4: "a"}
+    assert [hit[0] for hit in spread(hits, document.get, 1)] == [1, 3, 2, 4]
+    assert [hit[0] for hit in spread(hits, document.get, 2)] == [1, 2, 3, 4]
+
+
+def test_rerank_reorders_the_head_and_keeps_the_tail():
+    hits = [(1, 0.9, 1, 1), (2, 0.8, 2, None), (3, 0.7, None, 1), (4, 0.6, 4, None)]
+    reranked = rerank(hits, [0.1, 0.7, 0.3])
+    assert reranked == [(2, 0.7, 2, None), (3, 0.3, None, 1), (1, 0.1, 1, 1), (4, 0.6, 4, None)]
+
+
+def test_a_chinese_question_naming_an_english_product_is_chinese():
+    assert script_of("怎么在 Spring Boot 应用里拿到 ApplicationContext？") == "cjk"
+    assert script_of("How long do we keep invoices?") == "latin"
