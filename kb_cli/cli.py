@@ -631,19 +631,33 @@ def search(
         bool,
         typer.Option("--per-document", help="Print one hit per document: its best chunk."),
     ] = False,
+    context: Annotated[
+        int,
+        typer.Option(
+            "--context",
+            metavar="N",
+            min=0,
+            max=10,
+            help="Merge each hit with up to N neighbouring chunks of its section on each "
+            "side (a passage for a language model); the record names its chunk range.",
+        ),
+    ] = 0,
     base: BaseOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Search published documents, best hit first. Questions are ranked, not filtered.
 
-    Examples: kb search "How do I reset my VPN password?"; kb search 出差报销 --per-document
+    Examples: kb search "How do I reset my VPN password?"; kb search 出差报销 --per-document;
+    kb search "invoice retention" --context 1 --json
     """
     from kb_cli.services import search as search_service
 
     kb = _open_to_read(ctx, SEARCH, json_out, base)
     if kb is None:
         return
-    result = search_service.search(kb, query, limit, mode and mode.value, per_document, base)
+    result = search_service.search(
+        kb, query, limit, mode and mode.value, per_document, base, context
+    )
     for warning in result.warnings:
         console.log(f"kb: warning: {warning}")
     console.print_records(result.hits, json_out)

@@ -10,6 +10,8 @@ from pathlib import Path
 from kb_cli.embeddings import PROVIDERS, EmbeddingSettings
 from kb_cli.errors import UsageError
 from kb_cli.parsers import ParseLimits
+from kb_cli.reranking import PROVIDERS as RERANKERS
+from kb_cli.reranking import RerankSettings
 
 DEFAULT_MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
@@ -32,6 +34,7 @@ class Settings:
     vector_floor: float = DEFAULT_VECTOR_FLOOR
     limits: ParseLimits = field(default_factory=ParseLimits)
     chunk_batch: int = DEFAULT_CHUNK_BATCH
+    rerank: RerankSettings = field(default_factory=RerankSettings)
 
 
 def _env_number(name: str, default: float, cast: type = float) -> float:
@@ -68,6 +71,7 @@ def resolve_settings(
         vector_floor=_env_number("KB_VECTOR_FLOOR", DEFAULT_VECTOR_FLOOR),
         limits=_parse_limits(),
         chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
+        rerank=_rerank_settings(),
     )
 
 
@@ -101,4 +105,19 @@ def _embedding_settings() -> EmbeddingSettings:
         api_key=os.environ.get("KB_EMBEDDING_API_KEY") or None,
         batch_size=batch,
         timeout_seconds=_env_number("KB_EMBEDDING_TIMEOUT", 30.0),
+    )
+
+
+def _rerank_settings() -> RerankSettings:
+    provider = os.environ.get("KB_RERANK") or "none"
+    if provider not in RERANKERS:
+        raise UsageError(f"KB_RERANK must be one of {', '.join(RERANKERS)}; got {provider!r}")
+    default = RerankSettings()
+    return RerankSettings(
+        provider=provider,
+        url=os.environ.get("KB_RERANK_URL") or None,
+        model=os.environ.get("KB_RERANK_MODEL") or None,
+        api_key=os.environ.get("KB_RERANK_API_KEY") or None,
+        timeout_seconds=_env_number("KB_RERANK_TIMEOUT", default.timeout_seconds),
+        depth=max(1, int(_env_number("KB_RERANK_DEPTH", default.depth, int))),
     )

@@ -88,14 +88,21 @@ def single(ranking: list[Scored], lexical: bool) -> list[Hit]:
     return [(chunk, score, None, rank) for rank, (chunk, score) in enumerate(ranking, 1)]
 
 
-def fuse(lexical: list[Scored], vector: list[Scored], k: int = RRF_K) -> list[Hit]:
-    """Reciprocal Rank Fusion: score = sum over rankings of 1 / (k + rank)."""
+def fuse(
+    lexical: list[Scored], vector: list[Scored], vector_weight: float = 1.0, k: int = RRF_K
+) -> list[Hit]:
+    """Weighted Reciprocal Rank Fusion: score = 1 / (k + lexical rank) + vector_weight /
+    (k + vector rank), a missing rank adding nothing."""
     lexical_ranks = {chunk: rank for rank, (chunk, _score) in enumerate(lexical, 1)}
     vector_ranks = {chunk: rank for rank, (chunk, _score) in enumerate(vector, 1)}
     hits = []
     for chunk in lexical_ranks.keys() | vector_ranks.keys():
         ranks = (lexical_ranks.get(chunk), vector_ranks.get(chunk))
-        score = sum(1.0 / (k + rank) for rank in ranks if rank is not None)
+        score = sum(
+            weight / (k + rank)
+            for weight, rank in zip((1.0, vector_weight), ranks, strict=True)
+            if rank is not None
+        )
         hits.append((chunk, score, *ranks))
     hits.sort(key=lambda hit: (-hit[1], min(r for r in hit[2:] if r is not None), hit[0]))
     return hits
@@ -111,3 +118,25 @@ def best_per_document(hits: list[Hit], document_of: Callable[[int], Hashable]) -
             seen.add(document)
             best.append(hit)
     return best
+
+
+def spread(hits: list[Hit], document_of: Callable[[int], Hashable], per_document: int) -> list[Hit]:
+    """The hits in order, except that a document's hits after its first `per_document`
+    move behind every other document's: the top of a result shows several documents."""
+    counts: dict[Hashable, int] = defaultdict(int)
+    first, later = [], []
+    for hit in hits:
+        document = document_of(hit[0])
+        counts[document] += 1
+        (first if counts[document] <= per_document else later).append(hit)
+    return first + later
+
+
+def rerank(hits: list[Hit], scores: list[float]) -> list[Hit]:
+    """The first len(scores) hits reordered by those scores (which become their score),
+    best first, ties in their previous order; the rest follow unchanged."""
+    head = sorted(
+        ((hit[0], score, *hit[2:]) for hit, score in zip(hits, scores, strict=False)),
+        key=lambda hit: -hit[1],
+    )
+    return head + hits[len(scores) :]

@@ -157,9 +157,15 @@ class SearchHit:
     page: int | None
     heading: str | None
     snippet: str
+    # --context: the first and last chunk the passage in `text` covers; else None.
+    passage: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        record = dict(self.__dict__)
+        passage = record.pop("passage")
+        if passage is not None:
+            record["first_chunk"], record["last_chunk"] = passage
+        return record
 
 
 @dataclass

@@ -23,6 +23,7 @@ from kb_cli.errors import (
 )
 from kb_cli.permissions import Actor, Scope
 from kb_cli.queries import MIN_PREFIX
+from kb_cli.reranking import Reranker, make_reranker
 from kb_cli.store import FileObjectStore
 
 MAX_ID_CHARS = 100
@@ -41,6 +42,11 @@ class Kb:
         so commands that never embed never check its configuration; a test or another
         provider is injected by assigning this attribute."""
         return make_embedder(self.settings.embeddings)
+
+    @functools.cached_property
+    def reranker(self) -> Reranker | None:
+        """The configured reranker (None: off), built on first use like the embedder."""
+        return make_reranker(self.settings.rerank)
 
     @classmethod
     def open(cls, settings: Settings, actor: str | None = None, create: bool = True) -> Kb:

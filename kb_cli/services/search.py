@@ -6,17 +6,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kb_cli import queries
+from kb_cli.chunking import contextual_text, merge_passage
 from kb_cli.embeddings import from_blobs
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
 from kb_cli.permissions import Scope
-from kb_cli.ranking import Scored, SearchMode, best_per_document, fuse, single, top_similar
+from kb_cli.ranking import (
+    Hit,
+    Scored,
+    SearchMode,
+    best_per_document,
+    fuse,
+    rerank,
+    single,
+    spread,
+    top_similar,
+)
 from kb_cli.records import SearchHit
 from kb_cli.services.context import Kb, require_base
-from kb_cli.textsearch import Query, parse_query, snippet
+from kb_cli.textsearch import Query, parse_query, script_of, snippet
 
 MODES = tuple(SearchMode)
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50
+# A document shows at most this many hits before every other document's hits: three
+# chunks of one page no longer push the answer out of a top 3.
+HITS_PER_DOCUMENT = 1
+MAX_CONTEXT = 10  # --context: neighbours on each side
 # Bounds on what reaches SQL: each term and phrase is a parameter of one statement.
 MAX_QUERY_CHARS = 10_000
 MAX_QUERY_TERMS = 200
@@ -37,15 +52,20 @@ def search(
     mode: str | None = None,
     per_document: bool = False,
     base: str | None = None,
+    context: int = 0,
 ) -> SearchResult:
     """Ranks published chunks of the bases the caller may read (narrowed to `base`);
-    the scope is part of every candidate query, so it is decided before any scoring."""
+    the scope is part of every candidate query, so it is decided before any scoring.
+    The fused candidates are reranked when a reranker is configured; `context` merges
+    each hit with up to that many neighbouring chunks of its section on each side."""
     if not text.strip():
         raise UsageError("the search query is empty")
     if mode is not None and mode not in MODES:
         raise UsageError(f"unknown --mode {mode!r}; one of: {', '.join(MODES)}")
     if len(text) > MAX_QUERY_CHARS:
         raise UsageError(f"the search query is longer than {MAX_QUERY_CHARS} characters")
+    if not 0 <= context <= MAX_CONTEXT:
+        raise UsageError(f"--context must be between 0 and {MAX_CONTEXT}")
     query = parse_query(text)
     if len(query.phrases) > MAX_QUERY_PHRASES:
         raise UsageError(f"the search query has more than {MAX_QUERY_PHRASES} quoted phrases")
@@ -77,15 +97,37 @@ def search(
         if result.mode != "lexical":
             vector = _vector_ranking(kb, conn, text, query, depth, scope, result)
         if result.mode == "hybrid":
-            ranked = fuse(lexical, vector)
+            ranked = fuse(lexical, vector, embedder.fusion_weight[script_of(text)])
         else:
             ranked = single(lexical, lexical=True) if lexical else single(vector, lexical=False)
         details = queries.chunk_details(conn, [hit[0] for hit in ranked])
+        ranked = _reranked(kb, text, ranked, details, result)
+        document_of = lambda chunk_id: details[chunk_id].document_id  # noqa: E731
         if per_document:
-            ranked = best_per_document(ranked, lambda chunk_id: details[chunk_id].document_id)
-        ranked = ranked[:limit]
-        result.hits = [_hit(details[chunk_id], *rest, query) for chunk_id, *rest in ranked]
+            ranked = best_per_document(ranked, document_of)
+        else:
+            ranked = spread(ranked, document_of, HITS_PER_DOCUMENT)
+        result.hits = [
+            _hit(conn, details[chunk_id], *rest, query, context)
+            for chunk_id, *rest in ranked[:limit]
+        ]
     return result
+
+
+def _reranked(kb: Kb, text: str, ranked: list[Hit], details, result: SearchResult) -> list[Hit]:
+    """The first KB_RERANK_DEPTH candidates in the reranker's order; a reranker that
+    fails leaves the order as it was, with a warning."""
+    reranker = kb.reranker
+    if reranker is None or not ranked:
+        return ranked
+    head = ranked[: kb.settings.rerank.depth]
+    passages = [contextual_text(details[hit[0]].context, details[hit[0]].text) for hit in head]
+    try:
+        scores = reranker.rerank(text, passages)
+    except (ProviderUnavailable, ProviderRejected) as error:
+        result.warnings.append(f"{error.message}; results are not reranked")
+        return ranked
+    return rerank(ranked, scores)
 
 
 def _vector_ranking(
@@ -119,7 +161,13 @@ def _vector_ranking(
     return ranked
 
 
-def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHit:
+def _hit(
+    conn, row, score: float, lexical_rank, vector_rank, query: Query, context: int
+) -> SearchHit:
+    text, passage = row.text, None
+    if context:
+        passage = _passage(conn, row, context)
+        text = merge_passage([chunk.text for chunk in passage])
     return SearchHit(
         document_id=row.document_id,
         base=row.base,
@@ -127,10 +175,28 @@ def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHi
         revision=row.revision,
         chunk_index=row.chunk_index,
         score=round(score, 6),
-        text=row.text,
+        text=text,
         lexical_rank=lexical_rank,
         vector_rank=vector_rank,
         page=row.page,
         heading=row.heading,
-        snippet=snippet(row.text, query.phrases + sorted(query.terms, key=len, reverse=True)),
+        snippet=snippet(text, query.phrases + sorted(query.terms, key=len, reverse=True)),
+        passage=passage and (passage[0].chunk_index, passage[-1].chunk_index),
     )
+
+
+def _passage(conn, row, context: int) -> list:
+    """The hit's chunk with its neighbours of the same section, up to `context` on each
+    side, contiguous."""
+    rows = queries.chunk_range(
+        conn, row.document_id, row.revision, row.chunk_index - context, row.chunk_index + context
+    )
+    section = (row.heading, row.context)
+    at = next(i for i, chunk in enumerate(rows) if chunk.chunk_index == row.chunk_index)
+    first = at
+    while first > 0 and (rows[first - 1].heading, rows[first - 1].context) == section:
+        first -= 1
+    last = at
+    while last + 1 < len(rows) and (rows[last + 1].heading, rows[last + 1].context) == section:
+        last += 1
+    return rows[first : last + 1]

@@ -1,0 +1,85 @@
+"""One JSON POST to a model provider (embeddings, rerank), its failures sorted by what
+the operator should do: an unreachable server, a time-out, 429 or 5xx may pass by
+themselves (ProviderUnavailable: transient); any other refusal means the configuration
+is wrong (ProviderRejected). Messages name the HTTP status and the server's reason,
+never the API key or the request."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from kb_cli.errors import ProviderRejected, ProviderUnavailable
+
+_REASON_LIMIT = 200
+_SECRET = re.compile(r"(?i)\b(?:sk|key|bearer)[-_: ]+\S+")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    api_key: str | None
+    timeout_seconds: float
+    server: str  # how messages name it: "the embedding server"
+    key_variable: str  # KB_EMBEDDING_API_KEY
+    config_variables: str  # what to check on 404 and other refusals
+
+    def post(self, payload: dict) -> object:
+        """The decoded JSON answer to `payload`."""
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(
+            self.url, data=json.dumps(payload).encode(), headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+                body = response.read()
+        except urllib.error.HTTPError as error:
+            raise self._refusal(error.code, _reason(error, self.api_key)) from None
+        except TimeoutError:
+            raise self._too_slow() from None
+        except (urllib.error.URLError, ConnectionError) as error:
+            cause = getattr(error, "reason", error)
+            if isinstance(cause, TimeoutError):
+                raise self._too_slow() from None
+            name = type(cause).__name__
+            raise ProviderUnavailable(f"cannot reach {self.server} ({name})") from None
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise ProviderRejected(f"{self.server}'s answer is not JSON") from None
+
+    def _too_slow(self) -> ProviderUnavailable:
+        return ProviderUnavailable(
+            f"{self.server} did not answer within {self.timeout_seconds:g} s"
+        )
+
+    def _refusal(self, status: int, reason: str) -> Exception:
+        message = f"{self.server} answered HTTP {status}" + (f": {reason}" if reason else "")
+        if status == 429 or status >= 500:
+            return ProviderUnavailable(message)
+        if status in (401, 403):
+            advice = f"check {self.key_variable}"
+        else:
+            advice = f"check {self.config_variables}"
+        return ProviderRejected(f"{message}; {advice}")
+
+
+def _reason(error: urllib.error.HTTPError, api_key: str | None) -> str:
+    """The server's own error message (OpenAI: {"error": {"message": ...}}), short,
+    with anything like a key blanked: servers echo (parts of) a rejected key."""
+    try:
+        body = error.read(4096)
+        detail = json.loads(body).get("error", "")
+        if isinstance(detail, dict):
+            detail = detail.get("message", "")
+        text = str(detail)
+    except (ValueError, AttributeError, OSError):
+        text = ""
+    if api_key:
+        text = text.replace(api_key, "***")
+    return _SECRET.sub("***", " ".join(text.split()))[:_REASON_LIMIT]
