@@ -1,0 +1,171 @@
+"""Retrieval quality on public documentation that nobody here wrote.
+
+Each folder under benchmarks/corpora/ holds a documentation set (docs/), its licence
+and source (SOURCE.md), and questions.jsonl: questions written as users ask them,
+each naming the page(s) that answer it. This script ingests every corpus into a
+fresh home of its own (upload, the worker, publish: the real pipeline, in-process),
+then asks every question through `kb search` in each configuration and prints, per
+corpus and per language, hit@1, hit@3 and MRR side by side:
+
+  default       `kb search Q` (hybrid when the chunks have vectors)
+  per-document  `kb search Q --per-document`
+  lexical       `kb search Q --mode lexical`
+  vector        `kb search Q --mode vector`
+
+A question is a hit at k when a page it names is among the first k hits, as a person
+reading the results sees them; MRR uses the first 10 hits.
+
+    uv run python benchmarks/retrieval.py [--corpus NAME ...] [--json] [--misses]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CORPORA = Path(__file__).resolve().parent / "corpora"
+K = 3
+DEPTH = 10  # hits read for MRR
+CONFIGS = {
+    "default": {},
+    "per-document": {"per_document": True},
+    "lexical": {"mode": "lexical"},
+    "vector": {"mode": "vector"},
+}
+
+
+@dataclass
+class Corpus:
+    name: str
+    language: str
+    pages: list[Path]
+    questions: list[dict]
+
+
+def load_corpora(names: list[str] | None) -> list[Corpus]:
+    corpora = []
+    for folder in sorted(CORPORA.iterdir()):
+        if not (folder / "questions.jsonl").is_file() or (names and folder.name not in names):
+            continue
+        lines = (folder / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+        questions = [json.loads(line) for line in lines if line.strip()]
+        language = "zh" if folder.name.endswith("-zh") else "en"
+        pages = sorted(path for path in (folder / "docs").iterdir() if path.is_file())
+        corpora.append(Corpus(folder.name, language, pages, questions))
+    return corpora
+
+
+def ingest(corpus: Corpus, home: Path):
+    """A home holding the corpus published, through upload, the worker and publish."""
+    from kb_cli.config import resolve_settings
+    from kb_cli.services.context import Kb
+    from kb_cli.services.documents import publish_document, upload_files
+    from kb_cli.worker import Worker, WorkerOptions
+
+    kb = Kb.open(resolve_settings(str(home)), actor="bench")
+    documents = upload_files(kb, corpus.pages, submit=True)
+    results = list(Worker(kb, WorkerOptions(worker_id="bench")).run(max_tasks=None))
+    failed = [r.task for r in results if r.task and r.task.status != "succeeded"]
+    if failed:
+        raise SystemExit(f"{corpus.name}: {len(failed)} tasks did not succeed: {failed[0]}")
+    for task in documents:
+        publish_document(kb, task.document_id)
+    return kb
+
+
+def first_rank(kb, question: dict, config: dict) -> int | None:
+    """The 1-based rank of the first hit from an expected page, as the hits are printed."""
+    from kb_cli.services.search import search
+
+    hits = search(kb, question["question"], limit=DEPTH, **config).hits
+    expected = set(question["expected"])
+    return next((rank for rank, hit in enumerate(hits, 1) if hit.filename in expected), None)
+
+
+def score(ranks: list[int | None]) -> dict[str, float]:
+    count = len(ranks) or 1
+    return {
+        "hit@1": sum(rank == 1 for rank in ranks) / count,
+        f"hit@{K}": sum(rank is not None and rank <= K for rank in ranks) / count,
+        "mrr": sum(1 / rank for rank in ranks if rank) / count,
+    }
+
+
+def evaluate(kb, corpus: Corpus) -> dict[str, list[int | None]]:
+    return {
+        name: [first_rank(kb, question, config) for question in corpus.questions]
+        for name, config in CONFIGS.items()
+    }
+
+
+def table(rows: list[tuple[str, str, int, dict[str, list]]]) -> str:
+    head = "| corpus | lang | questions | " + " | ".join(
+        f"{name} hit@1 / hit@{K} / MRR" for name in CONFIGS
+    )
+    lines = [head + " |", "|" + " --- |" * (3 + len(CONFIGS))]
+    for corpus, language, count, ranks in rows:
+        cells = []
+        for name in CONFIGS:
+            s = score(ranks[name])
+            cells.append(f"{s['hit@1']:.2f} / {s[f'hit@{K}']:.2f} / {s['mrr']:.2f}")
+        lines.append(f"| {corpus} | {language} | {count} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def by_language(rows) -> list[tuple[str, str, int, dict[str, list]]]:
+    merged: dict[str, dict[str, list]] = {}
+    for _corpus, language, _count, ranks in rows:
+        into = merged.setdefault(language, {name: [] for name in CONFIGS})
+        for name in CONFIGS:
+            into[name].extend(ranks[name])
+    return [
+        (f"**all {language}**", language, len(r["default"]), r) for language, r in merged.items()
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per corpus")
+    parser.add_argument("--misses", action="store_true", help="list the default's misses")
+    parser.add_argument("--keep", type=Path, help="build (or reuse) the homes in this folder")
+    args = parser.parse_args()
+    os.environ.setdefault("KB_EMBEDDINGS", "local")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kb-retrieval-") as scratch:
+        root = args.keep or Path(scratch)
+        for corpus in load_corpora(args.corpus):
+            home = root / corpus.name
+            started = time.perf_counter()
+            if (home / "kb.sqlite3").exists():
+                from kb_cli.config import resolve_settings
+                from kb_cli.services.context import Kb
+
+                kb = Kb.open(resolve_settings(str(home)), actor="bench")
+            else:
+                kb = ingest(corpus, home)
+            ingested = time.perf_counter() - started
+            ranks = evaluate(kb, corpus)
+            rows.append((corpus.name, corpus.language, len(corpus.questions), ranks))
+            if args.json:
+                record = {"corpus": corpus.name, "language": corpus.language}
+                record |= {name: score(r) for name, r in ranks.items()}
+                print(json.dumps(record | {"ingest_seconds": round(ingested, 1)}))
+            if args.misses:
+                for question, rank in zip(corpus.questions, ranks["default"], strict=True):
+                    if rank is None or rank > K:
+                        print(f"miss {corpus.name}: {question['question']} -> {rank}")
+    if not args.json:
+        print(table(rows + by_language(rows)))
+
+
+if __name__ == "__main__":
+    main()
