@@ -3,14 +3,12 @@ not shown, neighbour passages (--context), and a reranker on a real HTTP server.
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
 
 from tests.cli.test_review_gate import ingest, publish
+from tests.loopback import JsonHandler, serving
 
 FILLER = " ".join(f"Sentence {i} talks about nothing in particular." for i in range(40))
 
@@ -63,7 +61,7 @@ def test_context_merges_neighbours_of_the_same_section_without_repeating_overlap
 # --- a reranker on loopback -----------------------------------------------------------
 
 
-class _Rerank(BaseHTTPRequestHandler):
+class _Rerank(JsonHandler):
     """Answers like a /rerank server (Cohere/Jina shape, or TEI's), scoring a passage by
     how often it names `favourite`; or fails as the test tells it to."""
 
@@ -73,44 +71,29 @@ class _Rerank(BaseHTTPRequestHandler):
     requests: ClassVar[list[dict]] = []
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         type(self).requests.append({"body": body, "auth": self.headers.get("Authorization")})
         if self.failure:
             status, message = self.failure
-            self._send(status, {"error": {"message": message}})
+            self.send_json(status, {"error": {"message": message}})
             return
         scores = [text.lower().count(self.favourite) for text in body["documents"]]
         if self.tei:
-            self._send(200, [{"index": i, "score": s} for i, s in enumerate(scores)])
+            self.send_json(200, [{"index": i, "score": s} for i, s in enumerate(scores)])
         else:
             results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)]
-            self._send(200, {"results": results[::-1]})
-
-    def _send(self, status: int, payload) -> None:
-        raw = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args) -> None:
-        pass
+            self.send_json(200, {"results": results[::-1]})
 
 
 @pytest.fixture
 def rerank_server(monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Rerank)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     _Rerank.failure, _Rerank.tei, _Rerank.requests = None, False, []
-    monkeypatch.setenv("KB_RERANK", "http")
-    monkeypatch.setenv("KB_RERANK_URL", f"http://127.0.0.1:{server.server_port}/rerank")
-    monkeypatch.setenv("KB_RERANK_MODEL", "tiny-rerank")
-    monkeypatch.setenv("KB_RERANK_API_KEY", "sk-rerank-secret")
-    yield _Rerank
-    server.shutdown()
-    server.server_close()
+    with serving(_Rerank) as port:
+        monkeypatch.setenv("KB_RERANK", "http")
+        monkeypatch.setenv("KB_RERANK_URL", f"http://127.0.0.1:{port}/rerank")
+        monkeypatch.setenv("KB_RERANK_MODEL", "tiny-rerank")
+        monkeypatch.setenv("KB_RERANK_API_KEY", "sk-rerank-secret")
+        yield _Rerank
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,6 +18,7 @@ from kb_cli.ranking import best_per_document, fuse, top_similar
 from kb_cli.textsearch import index_terms, parse_query
 from tests.cli.test_review_gate import hits, ingest, publish
 from tests.conftest import SAMPLES, run_kb
+from tests.loopback import JsonHandler, serving
 
 # --- words -----------------------------------------------------------------------------
 
@@ -234,51 +233,36 @@ def test_without_embeddings_search_is_lexical(invoke, tmp_path, monkeypatch):
 # --- an OpenAI-compatible server on loopback --------------------------------------------
 
 
-class _Embeddings(BaseHTTPRequestHandler):
+class _Embeddings(JsonHandler):
     """Answers like OpenAI's /v1/embeddings, or fails as the test tells it to."""
 
     failure: tuple[int, str] | None = None
     requests: ClassVar[list[dict]] = []
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         type(self).requests.append({"body": body, "auth": self.headers.get("Authorization")})
         if self.failure:
             status, message = self.failure
-            self._send(status, {"error": {"message": message}})
+            self.send_json(status, {"error": {"message": message}})
             return
         data = [
             {"index": i, "embedding": [len(text) % 7 + 1.0, text.count("e") + 1.0, 1.0]}
             for i, text in enumerate(body["input"])
         ]
-        self._send(200, {"data": data, "model": body["model"]})
-
-    def _send(self, status: int, payload: dict) -> None:
-        raw = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args) -> None:
-        pass
+        self.send_json(200, {"data": data, "model": body["model"]})
 
 
 @pytest.fixture
 def embedding_server(monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Embeddings)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     _Embeddings.failure, _Embeddings.requests = None, []
-    monkeypatch.setenv("KB_EMBEDDINGS", "openai")
-    monkeypatch.setenv("KB_EMBEDDING_URL", f"http://127.0.0.1:{server.server_port}/v1")
-    monkeypatch.setenv("KB_EMBEDDING_MODEL", "tiny-embed")
-    monkeypatch.setenv("KB_EMBEDDING_API_KEY", "sk-test-secret-key")
-    monkeypatch.setenv("KB_EMBEDDING_BATCH", "2")
-    yield _Embeddings
-    server.shutdown()
-    server.server_close()
+    with serving(_Embeddings) as port:
+        monkeypatch.setenv("KB_EMBEDDINGS", "openai")
+        monkeypatch.setenv("KB_EMBEDDING_URL", f"http://127.0.0.1:{port}/v1")
+        monkeypatch.setenv("KB_EMBEDDING_MODEL", "tiny-embed")
+        monkeypatch.setenv("KB_EMBEDDING_API_KEY", "sk-test-secret-key")
+        monkeypatch.setenv("KB_EMBEDDING_BATCH", "2")
+        yield _Embeddings
 
 
 def _task(invoke, task_id: str) -> dict:
