@@ -46,6 +46,9 @@ def test_stopwords_do_not_rank_but_a_phrase_keeps_its_words():
     assert parse_query("怎么设置请求的超时时间？").terms == ["设置", "请求", "超时", "时间"]
     assert parse_query('what does "the end" mean').terms == ["mean", "the", "end"]
     assert parse_query('"the end"').terms == ["the", "end"]
+    # A lone Chinese character is a particle or a generic verb, unless it is all there is.
+    assert "跑" not in parse_query("进程已经在跑了，怎么打开 GC 日志？").terms
+    assert parse_query("锁").terms == ["锁"]
 
 
 def test_a_line_break_inside_chinese_words_is_no_space():
