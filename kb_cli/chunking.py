@@ -80,10 +80,11 @@ def with_context(chunks: list[ChunkText], filename: str) -> list[ChunkText]:
 
 
 def document_title(chunks: list[ChunkText], filename: str) -> str:
-    """The first heading of the document, or else its file name in words."""
-    for chunk in chunks:
-        if chunk.heading:
-            return (chunk.parents or (chunk.heading,))[0]
+    """The heading above all the document's others (its first heading when that is
+    the only outermost one), or else its file name in words."""
+    outermost = {(chunk.parents or (chunk.heading,))[0] for chunk in chunks if chunk.heading}
+    if len(outermost) == 1:
+        return outermost.pop()
     return _FILENAME_SEPARATORS.sub(" ", filename.rsplit(".", 1)[0]).strip() or filename
 
 

@@ -636,10 +636,8 @@ def search(
         typer.Option(
             "--context",
             metavar="N",
-            min=0,
-            max=10,
-            help="Merge each hit with up to N neighbouring chunks of its section on each "
-            "side (a passage for a language model); the record names its chunk range.",
+            help="Merge each hit with up to N (0-10) neighbouring chunks of its section on "
+            "each side (a passage for a language model); the record names its chunk range.",
         ),
     ] = 0,
     base: BaseOption = None,

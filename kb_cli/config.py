@@ -35,6 +35,13 @@ class Settings:
     limits: ParseLimits = field(default_factory=ParseLimits)
     chunk_batch: int = DEFAULT_CHUNK_BATCH
     rerank: RerankSettings = field(default_factory=RerankSettings)
+    # How much the meaning ranking counts in hybrid search, for every query; None: the
+    # embedding provider's own measured weights (kb_cli/embeddings).
+    vector_weight: float | None = None
+
+
+def _set(name: str) -> bool:
+    return bool(os.environ.get(name))
 
 
 def _env_number(name: str, default: float, cast: type = float) -> float:
@@ -72,6 +79,7 @@ def resolve_settings(
         limits=_parse_limits(),
         chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
         rerank=_rerank_settings(),
+        vector_weight=_env_number("KB_VECTOR_WEIGHT", 0.0) if _set("KB_VECTOR_WEIGHT") else None,
     )
 
 
@@ -118,6 +126,13 @@ def _rerank_settings() -> RerankSettings:
         url=os.environ.get("KB_RERANK_URL") or None,
         model=os.environ.get("KB_RERANK_MODEL") or None,
         api_key=os.environ.get("KB_RERANK_API_KEY") or None,
-        timeout_seconds=_env_number("KB_RERANK_TIMEOUT", default.timeout_seconds),
+        timeout_seconds=_positive("KB_RERANK_TIMEOUT", default.timeout_seconds),
         depth=max(1, int(_env_number("KB_RERANK_DEPTH", default.depth, int))),
     )
+
+
+def _positive(name: str, default: float) -> float:
+    value = _env_number(name, default)
+    if value <= 0:
+        raise UsageError(f"{name} must be more than 0")
+    return value

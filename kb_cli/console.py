@@ -43,7 +43,8 @@ def emit(line: str) -> None:
 
 
 # One encoder for every line: json.dumps with options builds a new one per call.
-_JSON = json.JSONEncoder(ensure_ascii=False)
+# NaN and Infinity are not JSON: a record holding one is a bug, never a line on stdout.
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
 def write_json(record: Any) -> None:

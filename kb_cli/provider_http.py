@@ -6,15 +6,21 @@ never the API key or the request."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import time
+import unicodedata
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from kb_cli.errors import ProviderRejected, ProviderUnavailable
+from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
 
 _REASON_LIMIT = 200
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+_BLOCK = 64 * 1024
 _SECRET = re.compile(r"(?i)\b(?:sk|key|bearer)[-_: ]+\S+")
 
 
@@ -28,21 +34,24 @@ class Endpoint:
     config_variables: str  # what to check on 404 and other refusals
 
     def post(self, payload: dict) -> object:
-        """The decoded JSON answer to `payload`."""
+        """The decoded JSON answer to `payload`, read within `timeout_seconds` in all
+        (not per socket read: a server trickling bytes is as unavailable as a silent
+        one) and at most MAX_ANSWER_BYTES long."""
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(
             self.url, data=json.dumps(payload).encode(), headers=headers, method="POST"
         )
+        deadline = time.monotonic() + self.timeout_seconds
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
-                body = response.read()
+                body = self._read(response, deadline)
         except urllib.error.HTTPError as error:
             raise self._refusal(error.code, _reason(error, self.api_key)) from None
         except TimeoutError:
             raise self._too_slow() from None
-        except (urllib.error.URLError, ConnectionError) as error:
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
             cause = getattr(error, "reason", error)
             if isinstance(cause, TimeoutError):
                 raise self._too_slow() from None
@@ -52,6 +61,16 @@ class Endpoint:
             return json.loads(body)
         except ValueError:
             raise ProviderRejected(f"{self.server}'s answer is not JSON") from None
+
+    def _read(self, response, deadline: float) -> bytes:
+        body = bytearray()
+        while block := response.read1(_BLOCK):
+            body += block
+            if len(body) > MAX_ANSWER_BYTES:
+                raise ProviderRejected(f"{self.server}'s answer is over {MAX_ANSWER_BYTES} bytes")
+            if time.monotonic() > deadline:
+                raise TimeoutError
+        return bytes(body)
 
     def _too_slow(self) -> ProviderUnavailable:
         return ProviderUnavailable(
@@ -82,4 +101,20 @@ def _reason(error: urllib.error.HTTPError, api_key: str | None) -> str:
         text = ""
     if api_key:
         text = text.replace(api_key, "***")
+    # Only printable characters: a server's text must not drive the user's terminal.
+    text = "".join(char for char in text if unicodedata.category(char)[0] != "C")
     return _SECRET.sub("***", " ".join(text.split()))[:_REASON_LIMIT]
+
+
+def check_url(url: str, variable: str) -> str:
+    """`url` when it is an http(s) URL with a host; else a usage error naming `variable`."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and " " not in url
+    except ValueError:
+        valid = False
+    if not valid:
+        raise UsageError(
+            f"{variable} must be an http:// or https:// URL, e.g. http://127.0.0.1:8080"
+        )
+    return url

@@ -120,15 +120,15 @@ def best_per_document(hits: list[Hit], document_of: Callable[[int], Hashable]) -
     return best
 
 
-def spread(hits: list[Hit], document_of: Callable[[int], Hashable], per_document: int) -> list[Hit]:
-    """The hits in order, except that a document's hits after its first `per_document`
+def spread(hits: list[Hit], document_of: Callable[[int], Hashable], first_hits: int) -> list[Hit]:
+    """The hits in order, except that a document's hits after its first `first_hits`
     move behind every other document's: the top of a result shows several documents."""
     counts: dict[Hashable, int] = defaultdict(int)
     first, later = [], []
     for hit in hits:
         document = document_of(hit[0])
         counts[document] += 1
-        (first if counts[document] <= per_document else later).append(hit)
+        (first if counts[document] <= first_hits else later).append(hit)
     return first + later
 
 

@@ -35,5 +35,8 @@ ENGLISH, CHINESE = frozenset(_ENGLISH.split()), frozenset(_CHINESE.split())
 
 
 def is_stopword(word: str) -> bool:
+    """In a list, and not written in capitals (IT, GET, US name things)."""
+    if len(word) > 1 and word.isupper():
+        return False
     lowered = word.lower()
     return lowered in ENGLISH or lowered in CHINESE

@@ -24,6 +24,9 @@ from kb_cli.stopwords import is_stopword
 # Scripts written without spaces between words.
 UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _UNSPACED_RUN = re.compile(f"[{UNSPACED}]+")
+# Chinese characters (Han), as distinct from kana and Hangul, which jieba cuts one
+# character at a time: a lone Hangul syllable can be a whole word's part of a query.
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(rf"[{UNSPACED}]+|[^\W_]+")
 _PHRASE = re.compile(r'"([^"]*)"|“([^”]*)”|「([^」]*)」')
 
@@ -65,9 +68,9 @@ def words(text: str) -> list[str]:
 
 
 def script_of(text: str) -> str:
-    """cjk when the text has words of an unspaced script (a Chinese question that names
-    Spring Boot is still Chinese), else latin."""
-    return "cjk" if _UNSPACED_RUN.search(text) else "latin"
+    """cjk when the text has Chinese characters (a Chinese question that names Spring
+    Boot is still Chinese), else latin."""
+    return "cjk" if _HAN.search(text) else "latin"
 
 
 @dataclass(frozen=True)
@@ -82,25 +85,25 @@ class Query:
         return not self.terms and not self.phrases
 
 
-def _is_topical(word: str) -> bool:
-    """Not a stopword, nor a lone Chinese character: jieba keeps a question's content
-    words whole (超时, 日志级别), so what it leaves single is mostly a particle or a
-    generic verb (看, 改, 加); dropping them lifted Chinese hit@3 on both benchmark
-    corpora (benchmarks/README.md)."""
-    return not is_stopword(word) and not (len(word) == 1 and _UNSPACED_RUN.match(word))
+def _is_lone_chinese(word: str) -> bool:
+    """jieba keeps a question's content words whole (超时, 日志级别), so a Chinese
+    character it leaves single is mostly a particle or a generic verb (看, 改, 加);
+    not ranking them lifted Chinese hit@3 on both benchmark corpora."""
+    return len(word) == 1 and bool(_HAN.match(word))
 
 
 def parse_query(text: str) -> Query:
     """Quoted phrases ("...", “...”, 「...」) must match exactly; every other word
-    ranks, but stopwords (kb_cli/stopwords.py) and lone Chinese characters only when
-    the query has nothing else.
-    Operators and punctuation are plain text, never query syntax."""
+    ranks, except lone Chinese characters and stopwords (kb_cli/stopwords.py): these
+    rank only when the query has nothing else, lone characters first. Operators and
+    punctuation are plain text, never query syntax."""
     phrases = [next(filter(None, groups)) for groups in _PHRASE.findall(text)]
     phrases = [" ".join(phrase.split()) for phrase in phrases if phrase.strip()]
     loose = words(_PHRASE.sub(" ", text))
-    topical = [word for word in loose if _is_topical(word)]
     phrase_words = [word for phrase in phrases for word in words(phrase)]
-    ranking = topical or ([] if phrase_words else loose)
+    meaningful = [word for word in loose if not is_stopword(word)]
+    topical = [word for word in meaningful if not _is_lone_chinese(word)]
+    ranking = topical or meaningful or ([] if phrase_words else loose)
     terms = list(dict.fromkeys(ranking + phrase_words))
     return Query(terms, phrases)
 

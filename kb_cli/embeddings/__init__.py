@@ -76,8 +76,10 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder | None:
                 "KB_EMBEDDINGS=openai needs KB_EMBEDDING_URL (the API base, e.g. "
                 "http://127.0.0.1:11434/v1) and KB_EMBEDDING_MODEL"
             )
+        from kb_cli.provider_http import check_url
+
         return OpenAICompatibleEmbedder(
-            settings.url,
+            check_url(settings.url, "KB_EMBEDDING_URL"),
             settings.model,
             settings.api_key,
             settings.batch_size,

@@ -11,7 +11,9 @@ from kb_cli.parsers import Block, Budget, HeadingPath, ParseError, ProgressCallb
 # often met in Chinese text; latin-1 decodes any bytes, so the chain always ends.
 ENCODINGS = ("utf-8-sig", "gb18030", "cp1252", "latin-1")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_TITLE = re.compile(r"^title:\s*(\S.*)$")
+MAX_FRONT_MATTER_LINES = 200
 _ADORNMENT_CHARS = "=-~^\"'`#*+:._"
 MAX_TITLE_CHARS = 120
 
@@ -40,25 +42,27 @@ def parse(
 
 def _sections(lines: list[str], markdown: bool) -> list[Block]:
     """Split at headings so each block knows the headings it falls under: in Markdown
-    `#` headings outside code fences and `===`/`---` underlines; in plain text the
-    underlined (and overlined) titles of reStructuredText and of many README files,
-    levelled in the order their adornments first appear, as reStructuredText does.
-    A heading's text stays the first line of its block."""
+    `#` headings outside code fences, `===`/`---` underlines, and a front matter's
+    `title:` above them all; in plain text the underlined (and overlined) titles of
+    reStructuredText and of many README files, levelled in the order their adornments
+    first appear, as reStructuredText does. A heading's text stays the first line of
+    its block; a front matter is metadata, not text."""
     path = HeadingPath()
     blocks: list[Block] = []
     body: list[str] = []
     adornments: list[tuple[str, bool]] = []  # plain text: one per level, in order met
-    fence: str | None = None
-    i = 0
+    fence: str | None = None  # the open code fence's marker
+    i = _front_matter(lines, path) if markdown else 0
     while i < len(lines):
         line = lines[i]
         heading, level, used = None, 0, 1
-        if markdown and _FENCE.match(line):
-            marker = _FENCE.match(line).group(1)[:3]
-            fence = None if fence == marker else fence or marker
-        elif markdown and fence is None and (match := _HEADING.match(line)):
+        if fence is not None:
+            fence = None if _closes(line, fence) else fence
+        elif markdown and (opening := _FENCE.match(line)):
+            fence = opening.group(1)
+        elif markdown and (match := _HEADING.match(line)):
             heading, level = match.group(2), len(match.group(1))
-        elif fence is None and (underlined := _underlined(lines, i, markdown)):
+        elif underlined := _underlined(lines, i, markdown):
             heading, style, used = underlined
             if markdown:
                 level = 1 if style[0] == "=" else 2
@@ -78,6 +82,26 @@ def _sections(lines: list[str], markdown: bool) -> list[Block]:
     return blocks
 
 
+def _closes(line: str, fence: str) -> bool:
+    """A fence closes with the same character, at least as many, and nothing else."""
+    marker = line.strip()
+    return len(marker) >= len(fence) and marker == fence[0] * len(marker)
+
+
+def _front_matter(lines: list[str], path: HeadingPath) -> int:
+    """The line after a YAML front matter (0 if there is none); its `title:`, if any,
+    becomes the heading above every other (level 0, as a DOCX Title)."""
+    if not lines or lines[0].strip() != "---":
+        return 0
+    for end in range(1, min(len(lines), MAX_FRONT_MATTER_LINES)):
+        if lines[end].strip() in ("---", "..."):
+            for line in lines[1:end]:
+                if match := _TITLE.match(line):
+                    path.enter(0, match.group(1).strip().strip("\"'"))
+            return end + 1
+    return 0
+
+
 def _underlined(
     lines: list[str], i: int, markdown: bool
 ) -> tuple[str, tuple[str, bool], int] | None:
@@ -93,6 +117,9 @@ def _underlined(
     if (
         not stripped
         or len(stripped) > MAX_TITLE_CHARS
+        or "  " in stripped  # a table's header row, not a title
+        or "\t" in stripped
+        or "|" in stripped
         or (title[0].isspace() and not over)
         or (i > 0 and lines[i - 1].strip() and not over)  # a paragraph's last line
         or not _is_adornment(under)

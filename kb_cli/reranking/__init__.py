@@ -21,9 +21,6 @@ class Reranker(Protocol):
     """Scores passages against a query. Raises ProviderUnavailable (transient) or
     ProviderRejected (a configuration the provider refuses)."""
 
-    @property
-    def model(self) -> str: ...
-
     def rerank(self, query: str, passages: list[str]) -> list[float]:
         """One relevance score per passage, in the passages' order; higher is better."""
         ...
@@ -43,15 +40,12 @@ def make_reranker(settings: RerankSettings) -> Reranker | None:
     """The configured reranker, or None for `none`. Contacts nothing until used."""
     if settings.provider == "none":
         return None
-    if settings.provider == "http":
-        from kb_cli.reranking.http import HttpReranker
+    from kb_cli.provider_http import check_url
+    from kb_cli.reranking.http import HttpReranker
 
-        if not settings.url:
-            raise UsageError(
-                "KB_RERANK=http needs KB_RERANK_URL (the endpoint, e.g. "
-                "http://127.0.0.1:8080/rerank)"
-            )
-        return HttpReranker(
-            settings.url, settings.model, settings.api_key, settings.timeout_seconds
+    if not settings.url:
+        raise UsageError(
+            "KB_RERANK=http needs KB_RERANK_URL (the endpoint, e.g. http://127.0.0.1:8080/rerank)"
         )
-    raise UsageError(f"KB_RERANK must be one of {', '.join(PROVIDERS)}")
+    url = check_url(settings.url, "KB_RERANK_URL")
+    return HttpReranker(url, settings.model, settings.api_key, settings.timeout_seconds)

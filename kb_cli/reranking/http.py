@@ -6,6 +6,8 @@ understood: {"results": [{"index", "relevance_score"}]} and TEI's
 
 from __future__ import annotations
 
+import math
+
 from kb_cli.errors import ProviderRejected
 from kb_cli.provider_http import Endpoint
 
@@ -24,26 +26,32 @@ class HttpReranker:
         )
         self.model_name = model
 
-    @property
-    def model(self) -> str:
-        return f"http:{self.model_name or 'default'}"
-
     def rerank(self, query: str, passages: list[str]) -> list[float]:
         payload: dict = {"query": query, "documents": passages, "texts": passages}
         if self.model_name:
             payload["model"] = self.model_name
         answer = self.endpoint.post(payload)
         items = answer.get("results") if isinstance(answer, dict) else answer
-        scores: list[float | None] = [None] * len(passages)
+        scores: dict[int, float] = {}
         try:
             for item in items:
+                index = item["index"]
                 score = item["relevance_score"] if "relevance_score" in item else item["score"]
-                scores[int(item["index"])] = float(score)
-        except (KeyError, TypeError, ValueError, IndexError):
+                if not _is_index(index, len(passages)) or index in scores or not _is_score(score):
+                    raise ValueError(index)
+                scores[index] = float(score)
+        except (KeyError, TypeError, ValueError):
             raise ProviderRejected("the rerank server's answer is not a /rerank response") from None
-        if any(score is None for score in scores):
+        if len(scores) != len(passages):
             raise ProviderRejected(
-                f"the rerank server scored {sum(s is not None for s in scores)} of "
-                f"{len(passages)} passages"
+                f"the rerank server scored {len(scores)} of {len(passages)} passages"
             )
-        return scores  # type: ignore[return-value]
+        return [scores[i] for i in range(len(passages))]
+
+
+def _is_index(value, count: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count
+
+
+def _is_score(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

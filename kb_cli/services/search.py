@@ -90,28 +90,40 @@ def search(
             embedder is None or not queries.has_published_vectors(conn, embedder.model, scope)
         ):
             result.mode = "lexical"
-        lexical: list[Scored] = []
-        if result.mode != "vector" and query.terms:
-            lexical = queries.lexical_ranking(conn, query.terms, query.phrases, depth, scope)
-        vector: list[Scored] = []
-        if result.mode != "lexical":
-            vector = _vector_ranking(kb, conn, text, query, depth, scope, result)
-        if result.mode == "hybrid":
-            ranked = fuse(lexical, vector, embedder.fusion_weight[script_of(text)])
-        else:
-            ranked = single(lexical, lexical=True) if lexical else single(vector, lexical=False)
+        ranked = _candidates(kb, conn, text, query, depth, scope, result)
         details = queries.chunk_details(conn, [hit[0] for hit in ranked])
-        ranked = _reranked(kb, text, ranked, details, result)
-        document_of = lambda chunk_id: details[chunk_id].document_id  # noqa: E731
+
+        def document_of(chunk_id: int) -> str:
+            return details[chunk_id].document_id
+
         if per_document:
             ranked = best_per_document(ranked, document_of)
         else:
             ranked = spread(ranked, document_of, HITS_PER_DOCUMENT)
-        result.hits = [
-            _hit(conn, details[chunk_id], *rest, query, context)
-            for chunk_id, *rest in ranked[:limit]
-        ]
+        ranked = _reranked(kb, text, ranked, details, result)
+        result.hits = _hits(conn, [(details[hit[0]], hit) for hit in ranked], limit, query, context)
     return result
+
+
+def _candidates(
+    kb: Kb, conn, text: str, query: Query, depth: int, scope: Scope, result: SearchResult
+) -> list[Hit]:
+    """The words ranking, the meaning ranking, or both fused. A meaning ranking that
+    counts for nothing in the fusion (weight 0) is only asked when words found none."""
+    weight = 0.0
+    if result.mode == "hybrid":
+        weight = kb.settings.vector_weight
+        if weight is None:
+            weight = kb.embedder.fusion_weight[script_of(text)]
+    lexical: list[Scored] = []
+    if result.mode != "vector" and query.terms:
+        lexical = queries.lexical_ranking(conn, query.terms, query.phrases, depth, scope)
+    vector: list[Scored] = []
+    if result.mode == "vector" or (result.mode == "hybrid" and (weight > 0 or not lexical)):
+        vector = _vector_ranking(kb, conn, text, query, depth, scope, result)
+    if result.mode == "hybrid":
+        return fuse(lexical, vector, weight)
+    return single(lexical, lexical=True) if lexical else single(vector, lexical=False)
 
 
 def _reranked(kb: Kb, text: str, ranked: list[Hit], details, result: SearchResult) -> list[Hit]:
@@ -161,13 +173,27 @@ def _vector_ranking(
     return ranked
 
 
-def _hit(
-    conn, row, score: float, lexical_rank, vector_rank, query: Query, context: int
-) -> SearchHit:
-    text, passage = row.text, None
-    if context:
-        passage = _passage(conn, row, context)
-        text = merge_passage([chunk.text for chunk in passage])
+def _hits(conn, ranked: list, limit: int, query: Query, context: int) -> list[SearchHit]:
+    """The first `limit` hits; with `context`, each a passage of chunks no earlier
+    passage holds (a hit inside an earlier passage is left out: it would repeat it)."""
+    hits: list[SearchHit] = []
+    covered: set[tuple[str, int, int]] = set()  # (document, revision, chunk index)
+    for row, (_chunk, score, lexical_rank, vector_rank) in ranked:
+        if len(hits) == limit:
+            break
+        if (row.document_id, row.revision, row.chunk_index) in covered:
+            continue
+        hit = _hit(row, score, lexical_rank, vector_rank, query)
+        if context:
+            passage = _passage(conn, row, context, covered)
+            hit.text = merge_passage([chunk.text for chunk in passage])
+            hit.passage = (passage[0].chunk_index, passage[-1].chunk_index)
+            covered |= {(row.document_id, row.revision, c.chunk_index) for c in passage}
+        hits.append(hit)
+    return hits
+
+
+def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHit:
     return SearchHit(
         document_id=row.document_id,
         base=row.base,
@@ -175,28 +201,34 @@ def _hit(
         revision=row.revision,
         chunk_index=row.chunk_index,
         score=round(score, 6),
-        text=text,
+        text=row.text,
         lexical_rank=lexical_rank,
         vector_rank=vector_rank,
         page=row.page,
         heading=row.heading,
-        snippet=snippet(text, query.phrases + sorted(query.terms, key=len, reverse=True)),
-        passage=passage and (passage[0].chunk_index, passage[-1].chunk_index),
+        snippet=snippet(row.text, query.phrases + sorted(query.terms, key=len, reverse=True)),
     )
 
 
-def _passage(conn, row, context: int) -> list:
-    """The hit's chunk with its neighbours of the same section, up to `context` on each
-    side, contiguous."""
+def _passage(conn, row, context: int, covered: set[tuple[str, int, int]]) -> list:
+    """The hit's chunk with its neighbours of the same section that no earlier passage
+    holds, up to `context` on each side, contiguous. (On PostgreSQL a publish may
+    delete the revision meanwhile: then the chunk alone, as the hit read it.)"""
     rows = queries.chunk_range(
         conn, row.document_id, row.revision, row.chunk_index - context, row.chunk_index + context
     )
-    section = (row.heading, row.context)
-    at = next(i for i, chunk in enumerate(rows) if chunk.chunk_index == row.chunk_index)
+    at = next((i for i, chunk in enumerate(rows) if chunk.chunk_index == row.chunk_index), None)
+    if at is None:
+        return [row]
+
+    def joins(neighbour) -> bool:
+        held = (row.document_id, row.revision, neighbour.chunk_index) in covered
+        return not held and (neighbour.heading, neighbour.context) == (row.heading, row.context)
+
     first = at
-    while first > 0 and (rows[first - 1].heading, rows[first - 1].context) == section:
+    while first > 0 and joins(rows[first - 1]):
         first -= 1
     last = at
-    while last + 1 < len(rows) and (rows[last + 1].heading, rows[last + 1].context) == section:
+    while last + 1 < len(rows) and joins(rows[last + 1]):
         last += 1
     return rows[first : last + 1]

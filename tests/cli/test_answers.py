@@ -3,6 +3,7 @@ not shown, neighbour passages (--context), and a reranker on a real HTTP server.
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
 import pytest
@@ -68,14 +69,22 @@ class _Rerank(JsonHandler):
     favourite = "walrus"
     tei = False
     failure: tuple[int, str] | None = None
+    answer: object = None  # a fixed answer instead of the scores
+    misbehave: str | None = None  # "garbage" (not HTTP) or "trickle" (a byte at a time)
     requests: ClassVar[list[dict]] = []
 
     def do_POST(self) -> None:
         body = self.read_json()
         type(self).requests.append({"body": body, "auth": self.headers.get("Authorization")})
+        if self.misbehave:
+            self._misbehave()
+            return
         if self.failure:
             status, message = self.failure
             self.send_json(status, {"error": {"message": message}})
+            return
+        if self.answer is not None:
+            self.send_json(200, self.answer)
             return
         scores = [text.lower().count(self.favourite) for text in body["documents"]]
         if self.tei:
@@ -84,10 +93,23 @@ class _Rerank(JsonHandler):
             results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)]
             self.send_json(200, {"results": results[::-1]})
 
+    def _misbehave(self) -> None:
+        if self.misbehave == "garbage":
+            self.wfile.write(b"this is not HTTP\r\n\r\n")
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "100")
+        self.end_headers()
+        for _ in range(8):  # 2.4 s of one byte every 0.3 s, then it gives up
+            self.wfile.write(b" ")
+            self.wfile.flush()
+            time.sleep(0.3)
+
 
 @pytest.fixture
 def rerank_server(monkeypatch):
     _Rerank.failure, _Rerank.tei, _Rerank.requests = None, False, []
+    _Rerank.answer, _Rerank.misbehave = None, None
     with serving(_Rerank) as port:
         monkeypatch.setenv("KB_RERANK", "http")
         monkeypatch.setenv("KB_RERANK_URL", f"http://127.0.0.1:{port}/rerank")
@@ -152,3 +174,76 @@ def test_a_reranker_without_a_url_is_a_usage_error(invoke, animals, monkeypatch)
     monkeypatch.setenv("KB_RERANK", "cohere")
     result = invoke("search", "swim", "--json")
     assert result.code == 2 and "KB_RERANK must be one of" in result.error["message"]
+
+
+@pytest.mark.parametrize(
+    ("misbehave", "answer", "said"),
+    [
+        ("garbage", None, "cannot reach the rerank server"),
+        (None, {"results": [{"index": -1, "relevance_score": 5}]}, "not a /rerank response"),
+        (None, [{"index": 0, "score": float("nan")}], "not a /rerank response"),
+        (None, [{"index": 0, "score": True}], "not a /rerank response"),
+        (None, [{"index": 0, "score": 1}, {"index": 0, "score": 2}], "not a /rerank response"),
+        (None, [{"index": 0, "score": 1}], "scored 1 of 3 passages"),
+    ],
+)
+def test_a_reranker_that_answers_wrongly_is_ignored_with_a_warning(
+    invoke, animals, rerank_server, misbehave, answer, said
+):
+    rerank_server.misbehave, rerank_server.answer = misbehave, answer
+    result = invoke("search", "which animals swim", "--mode", "lexical", "--json")
+    assert result.code == 0 and said in result.stderr
+    assert result.records[0]["filename"] == "otters.md"  # the fused order
+    assert "NaN" not in result.stdout
+
+
+def test_the_rerank_timeout_is_a_deadline_not_a_pause(invoke, animals, rerank_server, monkeypatch):
+    rerank_server.misbehave = "trickle"
+    monkeypatch.setenv("KB_RERANK_TIMEOUT", "1")
+    started = time.monotonic()
+    result = invoke("search", "which animals swim", "--json")
+    assert result.code == 0 and "did not answer within 1 s" in result.stderr
+    assert time.monotonic() - started < 2.2  # the server trickles for 2.4 s
+
+
+def test_a_servers_message_cannot_drive_the_terminal(invoke, animals, rerank_server):
+    rerank_server.failure = (400, "bad \x1b[2J\x1b]0;owned\x07 request")
+    result = invoke("search", "swim", "--json")
+    assert result.code == 0 and "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "bad [2J]0;owned request" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("KB_RERANK_URL", "foo"),
+        ("KB_RERANK_URL", "file:///etc/hostname"),
+        ("KB_RERANK_TIMEOUT", "0"),
+    ],
+)
+def test_a_bad_reranker_setting_is_a_usage_error(invoke, animals, monkeypatch, variable, value):
+    monkeypatch.setenv("KB_RERANK", "http")
+    monkeypatch.setenv("KB_RERANK_URL", "http://127.0.0.1:9/rerank")
+    monkeypatch.setenv(variable, value)
+    result = invoke("search", "swim", "--json")
+    assert result.code == 2 and variable in result.error["message"]
+
+
+def test_passages_do_not_repeat_and_snippets_come_from_the_hit(invoke, tmp_path):
+    body = "\n\n".join(f"Part {i}: the sigma clause " + FILLER[:300] for i in range(12))
+    _published(invoke, tmp_path, "sigma.md", f"# Sigma\n\n{body}")
+    found = _search(invoke, "sigma clause", "--limit", "8", "--context", "1")
+    ranges = [(hit["first_chunk"], hit["last_chunk"]) for hit in found]
+    covered = [i for first, last in ranges for i in range(first, last + 1)]
+    assert len(covered) == len(set(covered)), ranges  # no chunk in two passages
+    plain = {hit["chunk_index"]: hit for hit in _search(invoke, "sigma clause", "--limit", "20")}
+    for hit in found:
+        assert hit["snippet"] == plain[hit["chunk_index"]]["snippet"]
+
+
+def test_a_chinese_hybrid_search_ranks_by_words_when_words_match(invoke, tmp_path):
+    _published(invoke, tmp_path, "zh.md", "# 报销\n\n出差回来后十五天内提交报销单。")
+    _published(invoke, tmp_path, "other.md", "# 其他\n\n会议室需要提前预订。")
+    found = _search(invoke, "出差报销要多久提交？")
+    assert found and all(hit["lexical_rank"] is not None for hit in found)
+    assert all(hit["vector_rank"] is None for hit in found)

@@ -166,7 +166,8 @@ def test_demo_runs_to_the_end_without_a_terminal():
     [english] = [line for line in lines if "search 'How long do we keep invoices?'" in line]
     assert "handbook.pdf" in english and "words #" in english and "meaning #" in english
     [chinese] = [line for line in lines if "search '文档什么时候才能被搜索到？'" in line]
-    assert "ingestion-guide-zh.md" in chinese and "meaning #" in chinese
+    # A Chinese question ranks by words while some chunk holds its words (README).
+    assert "ingestion-guide-zh.md" in chinese and "words #1" in chinese
 
 
 def test_demo_json_is_json_lines_with_a_summary():

@@ -98,3 +98,43 @@ def test_rerank_reorders_the_head_and_keeps_the_tail():
 def test_a_chinese_question_naming_an_english_product_is_chinese():
     assert script_of("怎么在 Spring Boot 应用里拿到 ApplicationContext？") == "cjk"
     assert script_of("How long do we keep invoices?") == "latin"
+
+
+def test_a_longer_fence_holds_a_shorter_one_and_a_front_matter_gives_the_title(tmp_path):
+    source = (
+        "---\ntitle: Deployment guide\nlayout: page\n---\n\n## Install\n\nSteps.\n\n"
+        "````markdown\n```python\n# not a heading\n```\n# still code\n````\n\n"
+        "~~~\n# code too\n~~~~\n\n## Run\n\nGo."
+    )
+    blocks = _parse(tmp_path, source, markdown=True)
+    assert [(b.parents, b.heading) for b in blocks] == [
+        (("Deployment guide",), "Install"),
+        (("Deployment guide",), "Run"),
+    ]
+    assert "layout: page" not in "".join(b.text for b in blocks)
+    chunks = with_context(chunk_blocks(blocks), "deploy.md")
+    assert chunks[0].context == "Deployment guide › Install"
+
+
+def test_a_table_header_over_dashes_is_no_title(tmp_path):
+    source = "Name        Amount\n----------  ------\n\nTotals\n------\n\nAll of it."
+    blocks = _parse(tmp_path, source, markdown=False)
+    assert [b.heading for b in blocks] == [None, "Totals"]
+
+
+def test_sibling_sections_without_a_common_heading_take_the_file_name_as_title():
+    blocks = [Block("One.", heading="Installation"), Block("Two.", heading="Zebra feeding")]
+    chunks = with_context(chunk_blocks(blocks), "zoo-handbook.md")
+    assert [chunk.context for chunk in chunks] == [
+        "zoo handbook › Installation",
+        "zoo handbook › Zebra feeding",
+    ]
+
+
+def test_lone_characters_rank_only_when_chinese_and_not_alone():
+    from kb_cli.textsearch import parse_query
+
+    assert parse_query("锁 的").terms == ["锁"]  # lone characters before stopwords
+    assert "재" in parse_query("VPN 비밀번호 재설정").terms  # Hangul is cut per syllable
+    assert parse_query("IT department policy").terms == ["IT", "department", "policy"]
+    assert script_of("パスワードをリセット") == "latin"  # kana, no Chinese characters
