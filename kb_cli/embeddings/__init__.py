@@ -18,7 +18,7 @@ from kb_cli.errors import UsageError
 if TYPE_CHECKING:
     import numpy as np
 
-PROVIDERS = ("local", "openai", "none")
+PROVIDERS = ("local", "e5", "openai", "none")
 VECTOR_DTYPE = "<f2"  # float16, little-endian, on every platform
 
 
@@ -37,7 +37,11 @@ class Embedder(Protocol):
     fusion_weight: dict[str, float]
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """float32 array of shape (len(texts), dim), each row of length 1."""
+        """Passages: a float32 array of shape (len(texts), dim), each row of length 1."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """A search question: one float32 unit vector of the passages' dimension."""
         ...
 
 
@@ -57,6 +61,10 @@ class EmbeddingSettings:
             from kb_cli.embeddings.local import MODEL_NAME
 
             return f"embeddings: local model {MODEL_NAME}; hybrid search"
+        if self.provider == "e5":
+            from kb_cli.embeddings.e5 import MODEL_NAME
+
+            return f"embeddings: local model {MODEL_NAME} (slow, reads Chinese); hybrid search"
         return f"embeddings: {self.model} at an OpenAI-compatible server; hybrid search"
 
 
@@ -68,6 +76,10 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder | None:
         from kb_cli.embeddings.local import LocalEmbedder
 
         return LocalEmbedder(settings.batch_size)
+    if settings.provider == "e5":
+        from kb_cli.embeddings.e5 import E5Embedder
+
+        return E5Embedder(settings.batch_size)
     if settings.provider == "openai":
         from kb_cli.embeddings.http import OpenAICompatibleEmbedder
 

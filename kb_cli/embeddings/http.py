@@ -44,6 +44,9 @@ class OpenAICompatibleEmbedder:
     def model(self) -> str:
         return f"openai:{self.model_name}"
 
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
     def embed(self, texts: list[str]) -> np.ndarray:
         import numpy as np
 

@@ -72,6 +72,9 @@ class LocalEmbedder:
     def __init__(self, batch_size: int = 64) -> None:
         self.batch_size = batch_size
 
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
     def embed(self, texts: list[str]) -> np.ndarray:
         import numpy as np
 

