@@ -109,17 +109,27 @@ def parse_query(text: str) -> Query:
 
 
 def snippet(text: str, needles: list[str], width: int = 60) -> str:
-    """The text around the first needle found (case-insensitive), marked [like this]."""
-    lowered = text.lower()
-    found = [(lowered.find(n.lower()), n) for n in needles if n and n.lower() in lowered]
+    """The text around the first needle found (case-insensitive), marked [like this]. A
+    Latin needle matches at the start of a word and marks the whole word (a search for
+    "engineer" marks [Engineering], never the "s" inside Bu-s-iness); Chinese ones
+    match anywhere."""
+    found = [match for needle in needles if needle and (match := _find(text, needle))]
     if not found:  # the index matched a stem (policies -> policy): try the word's start
         stems = [n[: max(4, len(n) - 3)] for n in needles if not _UNSPACED_RUN.search(n)]
-        found = [(lowered.find(n.lower()), n) for n in stems if n.lower() in lowered]
+        found = [match for stem in stems if (match := _find(text, stem))]
     if not found:
         return text[: 2 * width]
-    position, needle = min(found, key=lambda item: (item[0], -len(item[1])))
-    end_of_match = position + len(needle)
+    position, end_of_match = min(found, key=lambda span: (span[0], -span[1]))
     start, end = max(0, position - width), end_of_match + width
     before = ("…" if start else "") + text[start:position]
     after = text[end_of_match:end] + ("…" if end < len(text) else "")
     return f"{before}[{text[position:end_of_match]}]{after}"
+
+
+def _find(text: str, needle: str) -> tuple[int, int] | None:
+    """(start, end) of the first place `needle` stands in `text`, as `snippet` marks it."""
+    if _UNSPACED_RUN.search(needle):
+        position = text.lower().find(needle.lower())
+        return (position, position + len(needle)) if position >= 0 else None
+    match = re.search(rf"(?<![^\W_]){re.escape(needle)}[^\W_]*", text, re.IGNORECASE)
+    return match.span() if match else None
