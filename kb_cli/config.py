@@ -40,10 +40,6 @@ class Settings:
     vector_weight: float | None = None
 
 
-def _set(name: str) -> bool:
-    return bool(os.environ.get(name))
-
-
 def _env_number(name: str, default: float, cast: type = float) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -79,7 +75,7 @@ def resolve_settings(
         limits=_parse_limits(),
         chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
         rerank=_rerank_settings(),
-        vector_weight=_env_number("KB_VECTOR_WEIGHT", 0.0) if _set("KB_VECTOR_WEIGHT") else None,
+        vector_weight=_optional_number("KB_VECTOR_WEIGHT"),
     )
 
 
@@ -129,6 +125,11 @@ def _rerank_settings() -> RerankSettings:
         timeout_seconds=_positive("KB_RERANK_TIMEOUT", default.timeout_seconds),
         depth=max(1, int(_env_number("KB_RERANK_DEPTH", default.depth, int))),
     )
+
+
+def _optional_number(name: str) -> float | None:
+    """The variable's number, or None when it is not set."""
+    return _env_number(name, 0.0) if os.environ.get(name) else None
 
 
 def _positive(name: str, default: float) -> float:

@@ -140,10 +140,10 @@ def search_line(hit: SearchHit) -> str:
         for name, rank in (("words", hit.lexical_rank), ("meaning", hit.vector_rank))
         if rank is not None
     )
-    chunks = f"chunks={hit.passage[0]}-{hit.passage[1]}" if hit.passage else ""
+    chunks = f" chunks={hit.passage[0]}-{hit.passage[1]}" if hit.passage else ""
     return (
         f"{hit.score:.3f} {visible(hit.filename)} rev={hit.revision} "
-        f"chunk={hit.chunk_index}{place}{ranks}{' ' + chunks if chunks else ''}\n"
+        f"chunk={hit.chunk_index}{place}{ranks}{chunks}\n"
         f"    {snippet}"
     )
 
