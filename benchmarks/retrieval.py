@@ -65,8 +65,8 @@ def load_corpora(names: list[str] | None) -> list[Corpus]:
 
 def ingest(corpus: Corpus, home: Path):
     """A home holding the corpus published, through upload, the worker and publish."""
+    from kb_cli.app import Kb
     from kb_cli.config import resolve_settings
-    from kb_cli.services.context import Kb
     from kb_cli.services.documents import publish_document, upload_files
     from kb_cli.worker import Worker, WorkerOptions
 
@@ -146,8 +146,8 @@ def main() -> None:
             home = root / corpus.name
             started = time.perf_counter()
             if (home / "kb.sqlite3").exists():
+                from kb_cli.app import Kb
                 from kb_cli.config import resolve_settings
-                from kb_cli.services.context import Kb
 
                 kb = Kb.open(resolve_settings(str(home)), actor="bench")
             else:

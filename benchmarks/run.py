@@ -697,9 +697,9 @@ def fill_documents(home: Path, count: int) -> None:
 
 
 def write_amplification(work: Path, sizes: Sizes) -> list[Row]:
+    from kb_cli.app import Kb
     from kb_cli.config import resolve_settings
     from kb_cli.services import documents
-    from kb_cli.services.context import Kb
     from kb_cli.worker import Worker, WorkerOptions
 
     def commits_for(pages: int) -> int:
@@ -746,9 +746,9 @@ def write_amplification(work: Path, sizes: Sizes) -> list[Row]:
 
 
 def search_latency(work: Path, sizes: Sizes) -> list[Row]:
+    from kb_cli.app import Kb
     from kb_cli.config import resolve_settings
     from kb_cli.services import search
-    from kb_cli.services.context import Kb
     from kb_cli.textsearch import words
 
     rows = []
@@ -958,12 +958,12 @@ def embedding_cost(work: Path, sizes: Sizes) -> list[Row]:
 CLAIMER = """
 import sys, time
 from kb_cli.config import resolve_settings
-from kb_cli.services.context import Kb
+from kb_cli.app import Kb
 from kb_cli.worker import Worker, WorkerOptions
 kb = Kb.open(resolve_settings(sys.argv[1], sys.argv[2], None), actor="bench")
 worker = Worker(kb, WorkerOptions(worker_id=sys.argv[3]))
 claims = 0
-while worker._claim(None) is not None:
+while worker.claim(None) is not None:
     claims += 1
 print(claims)
 """

@@ -6,18 +6,21 @@ and `kb --version` start fast and never touch the database.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kb_cli import __version__, console
+from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import KbError, UsageError, WaitTimeout
 from kb_cli.lifecycle import DocStatus, ErrorCode
 from kb_cli.permissions import (
@@ -34,6 +37,10 @@ from kb_cli.permissions import (
     Target,
 )
 from kb_cli.ranking import SearchMode
+
+if TYPE_CHECKING:
+    from kb_cli.app import Kb
+    from kb_cli.config import Settings
 
 HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -73,7 +80,7 @@ class Globals:
 
 def _version(value: bool) -> None:
     if value:
-        print(f"kb {__version__}")
+        console.emit(f"kb {__version__}")
         raise typer.Exit()
 
 
@@ -115,19 +122,31 @@ def main_options(
         ),
     ] = False,
 ) -> None:
-    ctx.obj = Globals(home, database_url, object_store)
+    if not isinstance(ctx.obj, Invocation):  # called through Typer's own runner
+        ctx.obj = Invocation()
+    ctx.obj.options = Globals(home, database_url, object_store)
 
 
-@dataclass
-class _Session:
+@dataclass(frozen=True)
+class Session:
     """The command being run, so the error boundary can record a refusal."""
 
-    kb: object
+    kb: Kb
     command: str
     target: str | None
 
 
-_session: _Session | None = None
+@dataclass
+class Invocation:
+    """The state of one `kb` invocation: its global options, and its session once the
+    guard has run. Passed through Typer's context, never kept in a module."""
+
+    options: Globals | None = None
+    session: Session | None = None
+
+
+def _invocation(ctx: typer.Context) -> Invocation:
+    return ctx.find_root().obj
 
 
 def _open(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = True):
@@ -135,17 +154,22 @@ def _open(ctx: typer.Context, rule: Rule, target: str | None = None, create: boo
     what it names) against the caller's token. The context returned acts as the caller
     the guard established. Read-only commands pass `create=False`: they never create a
     home or a database."""
-    global _session
-    from kb_cli.config import resolve_settings
+    from kb_cli.app import Kb
     from kb_cli.services import access
-    from kb_cli.services.context import Kb
 
-    options: Globals = ctx.find_root().obj
-    settings = resolve_settings(options.home, options.database_url, options.object_store)
+    settings = _settings(ctx)
     kb = Kb.open(settings, create=create)
     kb = kb.acting_as(access.authorize(kb, rule, target))
-    _session = _Session(kb, rule.command, target)
+    _invocation(ctx).session = Session(kb, rule.command, target)
     return kb
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    from kb_cli.config import resolve_settings
+
+    options = _invocation(ctx).options
+    assert options is not None  # the callback runs before every command
+    return resolve_settings(options.home, options.database_url, options.object_store)
 
 
 def _open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | None = None):
@@ -475,7 +499,7 @@ def work(
             min=0,
             help="Pause this long after each progress step, to watch, cancel or race a task.",
         ),
-    ] = 0.0,
+    ] = WORKER_DEFAULTS.stage_delay,
     lease_seconds: Annotated[
         float,
         typer.Option(
@@ -484,7 +508,7 @@ def work(
             min=0.5,
             help="How long a claim stays valid without a heartbeat; the worker renews it.",
         ),
-    ] = 60.0,
+    ] = WORKER_DEFAULTS.lease_seconds,
     max_attempts: Annotated[
         int,
         typer.Option(
@@ -494,7 +518,7 @@ def work(
             help="How many attempts a task whose worker was lost, or that failed transiently, "
             "gets before it ends failed.",
         ),
-    ] = 3,
+    ] = WORKER_DEFAULTS.max_attempts,
     backoff_seconds: Annotated[
         float,
         typer.Option(
@@ -504,7 +528,7 @@ def work(
             envvar="KB_BACKOFF_SECONDS",
             help="The base of the exponential delay before retrying after a transient error.",
         ),
-    ] = 5.0,
+    ] = WORKER_DEFAULTS.backoff_seconds,
     poll_seconds: Annotated[
         float,
         typer.Option(
@@ -513,7 +537,7 @@ def work(
             min=0.05,
             help="With --loop: how long to sleep when no task is claimable.",
         ),
-    ] = 1.0,
+    ] = WORKER_DEFAULTS.poll_seconds,
     json_out: JsonFlag = False,
 ) -> None:
     """Claim tasks and run them: download, parse, embedding, indexing, finalizing.
@@ -656,14 +680,7 @@ def search(
     result = search_service.search(
         kb, query, limit, mode and mode.value, per_document, base, context
     )
-    for warning in result.warnings:
-        console.log(f"kb: warning: {warning}")
-    console.print_records(result.hits, json_out)
-    if not result.hits and not json_out and console.is_fancy(sys.stderr):
-        console.log(
-            "no hits: search serves published revisions only; "
-            "`kb status --status review_pending` lists what waits for `kb publish`"
-        )
+    console.print_search(result, json_out)
 
 
 EVAL = Rule("eval", READERS, Target.BASE)
@@ -755,12 +772,7 @@ def reindex(
     finally:
         if progress:
             progress.close()
-    if json_out:
-        console.write_json(report)
-    else:
-        console.emit(
-            f"embedded {report.chunks} chunks of {report.revisions} revisions with {report.model}"
-        )
+    console.print_reindex(report, json_out)
 
 
 DOCTOR = Rule("doctor", ADMINS)
@@ -791,15 +803,7 @@ def doctor(
     from kb_cli.services import doctor as doctor_service
 
     report = doctor_service.check(_open(ctx, DOCTOR, create=False), repair=repair)
-    if json_out:
-        console.write_json(report)
-    else:
-        for fix in report.repaired:
-            console.emit(f"repaired {fix.kind} {fix.id}: {fix.detail}")
-        for problem in report.problems:
-            console.emit(f"problem {problem.kind} {problem.id}: {problem.detail}")
-        if report.ok:
-            console.emit("ok: every invariant holds")
+    console.print_doctor(report, json_out)
     if not report.ok:
         raise ProblemsFound(f"doctor found {len(report.problems)} problem(s)")
 
@@ -880,13 +884,7 @@ def user_add(
     from kb_cli.services import access
 
     new_user = access.add_user(_open(ctx, USER, name), name, role.value, teams)
-    if json_out:
-        console.write_json(new_user)
-    else:
-        teams_shown = f" teams={','.join(new_user.teams)}" if new_user.teams else ""
-        console.emit(f"user {new_user.user} role={new_user.role}{teams_shown}")
-        console.emit(f"token {new_user.token}")
-        console.log("the token is shown only once: store it now (export KB_TOKEN=...)")
+    console.print_new_user(new_user, json_out)
 
 
 base_app = typer.Typer(
@@ -914,7 +912,7 @@ def base_create(
     """
     from kb_cli.services import bases
 
-    _print_bases([bases.create_base(_open(ctx, BASE_CREATE), name, teams or [])], json_out)
+    console.print_bases([bases.create_base(_open(ctx, BASE_CREATE), name, teams or [])], json_out)
 
 
 @base_app.command("list")
@@ -925,7 +923,7 @@ def base_list(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """
     from kb_cli.services import bases
 
-    _print_bases(bases.list_bases(_open(ctx, BASE_LIST)), json_out)
+    console.print_bases(bases.list_bases(_open(ctx, BASE_LIST)), json_out)
 
 
 @base_app.command("show")
@@ -936,7 +934,7 @@ def base_show(ctx: typer.Context, name: BaseName, json_out: JsonFlag = False) ->
     """
     from kb_cli.services import bases
 
-    _print_bases(bases.list_bases(_open(ctx, BASE_LIST, name), name), json_out)
+    console.print_bases(bases.list_bases(_open(ctx, BASE_LIST, name), name), json_out)
 
 
 @base_app.command("grant")
@@ -952,7 +950,7 @@ def base_grant(
     """
     from kb_cli.services import bases
 
-    _print_bases([bases.grant_base(_open(ctx, BASE_CREATE), name, user)], json_out)
+    console.print_bases([bases.grant_base(_open(ctx, BASE_CREATE), name, user)], json_out)
 
 
 @base_app.command("move")
@@ -972,17 +970,6 @@ def base_move(
 
     record = bases.move_document(_open(ctx, BASE_MOVE, document_id), document_id, name)
     console.print_records([record], json_out)
-
-
-def _print_bases(records, json_out: bool) -> None:
-    if json_out:
-        console.print_records(records, True)
-        return
-    for record in records:
-        readers = "teams " + ", ".join(record.teams) if record.teams else "everyone"
-        grants = f"; granted to {', '.join(record.grants)}" if record.grants else ""
-        count = f"{record.documents} document" + ("" if record.documents == 1 else "s")
-        console.emit(f"{record.base}: {count}; read by {readers}{grants}")
 
 
 DEMO = Rule("demo", ADMINS)
@@ -1019,11 +1006,7 @@ def demo(
 def _authorize_demo(ctx: typer.Context) -> None:
     """Like every command, the demo needs the caller's permission (admin) once an admin
     exists; a SQLite database that does not exist yet has none, and is not created."""
-    from kb_cli.config import resolve_settings
-
-    options: Globals = ctx.find_root().obj
-    settings = resolve_settings(options.home, options.database_url, options.object_store)
-    url = settings.database_url
+    url = _settings(ctx).database_url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return
     _open(ctx, DEMO)
@@ -1049,29 +1032,23 @@ def db_upgrade(ctx: typer.Context, json_out: JsonFlag = False) -> None:
 
     Example: DATABASE_URL=postgresql+psycopg://kb@db/kb kb db upgrade
     """
-    from kb_cli.config import resolve_settings
+    from kb_cli.app import Kb
     from kb_cli.db import Database
     from kb_cli.permissions import Actor
     from kb_cli.services import access
-    from kb_cli.services.context import Kb
+    from kb_cli.store import FileObjectStore
 
-    options: Globals = ctx.find_root().obj
-    settings = resolve_settings(options.home, options.database_url, options.object_store)
+    settings = _settings(ctx)
     if settings.database_url.startswith("sqlite"):
         settings.home.mkdir(parents=True, exist_ok=True)
     database = Database(settings.database_url, settings.busy_timeout_seconds)
     with database.read() as conn:
         existing = database.schema_version(conn)
     if existing is not None:  # a fresh database has no users yet: open mode
-        access.authorize(Kb(settings, database, None, Actor("kb")), Rule("db", ADMINS))
+        store = FileObjectStore(settings.object_store)  # named, never opened
+        access.authorize(Kb(settings, database, store, Actor("kb")), Rule("db", ADMINS))
     before, after = database.upgrade()
-    result = {"from_revision": before, "to_revision": after}
-    if json_out:
-        console.write_json(result)
-    else:
-        console.emit(
-            f"schema at revision {after}" + (f" (was {before})" if before != after else "")
-        )
+    console.print_upgrade(before, after, json_out)
 
 
 # --- the error boundary --------------------------------------------------------------
@@ -1088,45 +1065,61 @@ def _report(code: str, message: str, exit_code: int, as_json: bool) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    with _private_files():
+        code = _run(args)
+    _flush_stdout()
+    sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
+    """One invocation inside the error boundary: its exit code."""
     as_json = "--json" in args
     debug = os.environ.get("KB_DEBUG") == "1"
+    invocation = Invocation()
     try:
-        result = app(args=args, prog_name="kb", standalone_mode=False)
-        code = result if isinstance(result, int) else 0
+        result = app(args=args, prog_name="kb", standalone_mode=False, obj=invocation)
+        return result if isinstance(result, int) else 0
     except typer.Exit as done:
-        code = done.exit_code
+        return done.exit_code
     except console.OutputClosed:
-        code = 0  # the reader stopped early: not kb's failure
+        return 0  # the reader stopped early: not kb's failure
     except (typer.Abort, KeyboardInterrupt):
-        code = _report("interrupted", "interrupted", 130, as_json)
+        return _report("interrupted", "interrupted", 130, as_json)
     except typer.TyperException as error:  # the argument parser's usage errors
         help_context = getattr(error, "ctx", None)
         if type(error).__name__ == "NoArgsIsHelpError" and help_context is not None:
-            print(help_context.get_help())
-            code = 2
-        else:
-            message = " ".join(error.format_message().split())
-            code = _report("usage", message, 2, as_json)
+            console.emit(help_context.get_help())
+            return 2
+        return _report("usage", " ".join(error.format_message().split()), 2, as_json)
     except KbError as error:
         if debug:
             raise
-        if error.is_refusal and _session is not None:
+        if error.is_refusal and invocation.session is not None:
             from kb_cli.services import access
 
-            kb, actor = _session.kb, _session.kb.actor.name
-            access.record_refusal(kb, actor, _session.command, _session.target, error.message)
-        code = _report(error.code, error.message, error.exit_code, as_json)
+            session = invocation.session
+            actor = session.kb.actor.name
+            access.record_refusal(session.kb, actor, session.command, session.target, error.message)
+        return _report(error.code, error.message, error.exit_code, as_json)
     except Exception as error:
         if debug:
             raise
-        code = _report(
-            "internal_error",
-            f"unexpected {type(error).__name__}; run with KB_DEBUG=1 for details",
-            1,
-            as_json,
-        )
-    _flush_stdout()
-    sys.exit(code)
+        message = f"unexpected {type(error).__name__}; run with KB_DEBUG=1 for details"
+        return _report("internal_error", message, 1, as_json)
+
+
+@contextlib.contextmanager
+def _private_files() -> Iterator[None]:
+    """Whatever kb creates (database, its journal, objects, directories) is readable by
+    its owner only: 0600 files, 0700 directories, or tighter if the umask says so.
+    Unpublished documents and token hashes are no other local account's business. The
+    umask is the invocation's and is put back afterwards: the process is the caller's."""
+    previous = os.umask(0o077)
+    os.umask(previous | 0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
 
 
 def _flush_stdout() -> None:

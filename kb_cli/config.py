@@ -40,6 +40,23 @@ class Settings:
     vector_weight: float | None = None
 
 
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker runs; `kb work`'s option defaults are these."""
+
+    worker_id: str = ""
+    lease_seconds: float = 60.0
+    max_attempts: int = 3
+    stage_delay: float = 0.0
+    backoff_seconds: float = 5.0
+    # Progress is written at most this often, so a 500-page PDF is not 500 commits.
+    progress_interval: float = 0.25
+    poll_seconds: float = 1.0
+
+
+WORKER_DEFAULTS = WorkerOptions()
+
+
 def _env_number(name: str, default: float, cast: type = float) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":

@@ -890,3 +890,64 @@ def _cut(text: str, width: int) -> str:
     cut = Text(text)
     cut.truncate(width, overflow="ellipsis")
     return cut.plain
+
+
+# --- the records of single commands -------------------------------------------------
+
+
+def print_search(result: Any, as_json: bool) -> None:
+    for warning in result.warnings:
+        log(f"kb: warning: {warning}")
+    print_records(result.hits, as_json)
+    if not result.hits and not as_json and is_fancy(sys.stderr):
+        log(
+            "no hits: search serves published revisions only; "
+            "`kb status --status review_pending` lists what waits for `kb publish`"
+        )
+
+
+def print_reindex(report: Any, as_json: bool) -> None:
+    if as_json:
+        write_json(report)
+    else:
+        emit(f"embedded {report.chunks} chunks of {report.revisions} revisions with {report.model}")
+
+
+def print_doctor(report: Any, as_json: bool) -> None:
+    if as_json:
+        write_json(report)
+        return
+    for fix in report.repaired:
+        emit(f"repaired {fix.kind} {fix.id}: {fix.detail}")
+    for problem in report.problems:
+        emit(f"problem {problem.kind} {problem.id}: {problem.detail}")
+    if report.ok:
+        emit("ok: every invariant holds")
+
+
+def print_new_user(new_user: Any, as_json: bool) -> None:
+    if as_json:
+        write_json(new_user)
+        return
+    teams_shown = f" teams={','.join(new_user.teams)}" if new_user.teams else ""
+    emit(f"user {new_user.user} role={new_user.role}{teams_shown}")
+    emit(f"token {new_user.token}")
+    log("the token is shown only once: store it now (export KB_TOKEN=...)")
+
+
+def print_bases(records: list[Any], as_json: bool) -> None:
+    if as_json:
+        print_records(records, True)
+        return
+    for record in records:
+        readers = "teams " + ", ".join(record.teams) if record.teams else "everyone"
+        grants = f"; granted to {', '.join(record.grants)}" if record.grants else ""
+        count = f"{record.documents} document" + ("" if record.documents == 1 else "s")
+        emit(f"{record.base}: {count}; read by {readers}{grants}")
+
+
+def print_upgrade(before: str | None, after: str, as_json: bool) -> None:
+    if as_json:
+        write_json({"from_revision": before, "to_revision": after})
+    else:
+        emit(f"schema at revision {after}" + (f" (was {before})" if before != after else ""))

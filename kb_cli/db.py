@@ -236,7 +236,7 @@ class Database:
     def _refuse_foreign_file(self) -> None:
         """A SQLite file with tables but no kb schema belongs to something else."""
         with self.read() as conn:
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").scalar()
+            tables = conn.execute(self.engine.COUNT_TABLES).scalar()
         if tables:
             raise UsageError(
                 "the database file is not a kb database (it has tables but no kb schema): "
@@ -271,7 +271,7 @@ class Database:
         run = getattr(conn, "exec_driver_sql", None) or conn.execute
         if not run(self.engine.VERSION_TABLE_EXISTS).scalar():
             return None
-        return run("SELECT version_num FROM kb_schema_version").scalar()
+        return run(engines.SCHEMA_VERSION).scalar()
 
     @staticmethod
     def _refuse_unknown(version: str | None) -> None:

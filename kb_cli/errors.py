@@ -1,7 +1,7 @@
 """Errors the tool reports to its user: each carries its exit code and stable code string.
 
-Every error class of the tool lives here; the failure codes of a task are a separate
-vocabulary (kb_cli.lifecycle.ErrorCode).
+Every error class of the tool lives here, the worker's control flow at the end; the
+failure codes of a task are a separate vocabulary (kb_cli.lifecycle.ErrorCode).
 """
 
 from __future__ import annotations
@@ -165,3 +165,28 @@ class ProviderUnavailable(KbError):
 
 class ProviderRejected(KbError):
     """The embedding provider refused the request as misconfigured (model, key, input)."""
+
+
+# --- the worker's control flow: how a run of a task ends early --------------------------
+# Never shown to a user as such: the worker turns each into the task's next state.
+
+
+class WorkerInterrupt(Exception):
+    """Control flow out of a running task; never reported as the task's error."""
+
+
+class StopRequested(WorkerInterrupt):
+    """SIGINT/SIGTERM: release the task at this safe point."""
+
+
+class ClaimLost(WorkerInterrupt):
+    """The task was cancelled or reclaimed: write nothing more."""
+
+
+class TaskFailure(Exception):
+    """A stage failed with one of the task error codes (contract section 6)."""
+
+    def __init__(self, code: Any, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code  # a kb_cli.lifecycle.ErrorCode
+        self.detail = detail

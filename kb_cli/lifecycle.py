@@ -83,6 +83,23 @@ TASK_TRANSITIONS = frozenset(
     }
 )
 
+# Legal document transitions: (from, to). `move_document` refuses anything else.
+DOCUMENT_TRANSITIONS = frozenset(
+    {
+        (None, DocStatus.DRAFT),  # upload
+        (DocStatus.DRAFT, DocStatus.PROCESSING),  # submit
+        (DocStatus.PROCESSING, DocStatus.REVIEW_PENDING),  # the task succeeded
+        (DocStatus.PROCESSING, DocStatus.FAILED),  # the task failed
+        (DocStatus.PROCESSING, DocStatus.DRAFT),  # the task was cancelled
+        (DocStatus.FAILED, DocStatus.PROCESSING),  # manual retry
+        (DocStatus.REVIEW_PENDING, DocStatus.PUBLISHED),  # publish
+        # upload --replace: a new revision; a published document becomes a draft again
+        (DocStatus.DRAFT, DocStatus.DRAFT),
+        (DocStatus.FAILED, DocStatus.FAILED),
+        (DocStatus.PUBLISHED, DocStatus.DRAFT),
+    }
+)
+
 # Statuses a command may start from.
 SUBMITTABLE = (DocStatus.DRAFT,)
 REPLACEABLE = (DocStatus.DRAFT, DocStatus.FAILED, DocStatus.PUBLISHED)
@@ -94,6 +111,10 @@ RETRYABLE_DOC = (DocStatus.FAILED,)
 
 def is_legal_task_transition(old: TaskStatus | None, new: TaskStatus) -> bool:
     return (old, new) in TASK_TRANSITIONS
+
+
+def is_legal_document_transition(old: DocStatus | None, new: DocStatus) -> bool:
+    return (old, new) in DOCUMENT_TRANSITIONS
 
 
 def is_legal_pair(task: TaskStatus | None, doc: DocStatus, has_published: bool) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kb_cli.db import Connection
 from kb_cli.engines import escape_like
-from kb_cli.lifecycle import DocStatus, TaskStatus
+from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
 from kb_cli.permissions import Scope
 from kb_cli.records import LISTING_COLUMNS
 
@@ -321,6 +321,50 @@ def dangling_base_access(conn: Connection) -> list[Any]:
             WHERE NOT EXISTS (SELECT 1 FROM {USERS} AS u WHERE u.name = g.user_name)
         ORDER BY 1, 2, 3"""
     return conn.execute(sql).all()
+
+
+# --- what doctor checks ----------------------------------------------------------------
+
+
+def object_keys(conn: Connection) -> dict[str, str]:
+    """Every stored object a document refers to: object key -> document id."""
+    return dict(conn.execute(f"SELECT object_key, id FROM {DOCUMENTS}").all())
+
+
+def all_documents(conn: Connection) -> list[Any]:
+    return conn.execute(f"SELECT * FROM {DOCUMENTS}").all()
+
+
+def stale_active_tasks(conn: Connection) -> list[Any]:
+    """Active tasks that are not their document's latest task."""
+    active = ", ".join(f"'{status}'" for status in ACTIVE_TASK_STATUSES)
+    return conn.execute(
+        f"""SELECT t.id, d.id AS document_id, d.object_key
+        FROM {TASKS} AS t JOIN {DOCUMENTS} AS d ON d.id = t.document_id
+        WHERE t.status IN ({active})
+          AND (d.latest_task_id IS NULL OR d.latest_task_id != t.id)"""
+    ).all()
+
+
+def chunk_owners(conn: Connection) -> list[Any]:
+    """Each (document, revision, task) that has chunks, with what decides whether they
+    may exist: the document's published revision and latest task, and that task."""
+    return conn.execute(
+        f"""SELECT DISTINCT c.document_id, c.revision, c.task_id, d.published_revision,
+            d.latest_task_id, d.object_key, t.status AS task_status, t.revision AS task_revision
+        FROM {CHUNKS} AS c
+        LEFT JOIN {DOCUMENTS} AS d ON d.id = c.document_id
+        LEFT JOIN {TASKS} AS t ON t.id = c.task_id"""
+    ).all()
+
+
+def expired_running_tasks(conn: Connection, now: str) -> list[Any]:
+    return conn.execute(
+        f"""SELECT t.*, d.object_key
+        FROM {TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id
+        WHERE t.status = '{TaskStatus.RUNNING}' AND t.lease_expires_at < :now""",
+        {"now": now},
+    ).all()
 
 
 # --- guarded updates -----------------------------------------------------------------

@@ -11,7 +11,13 @@ from typing import Any
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, InternalError
-from kb_cli.lifecycle import DocStatus, Stage, TaskStatus, is_legal_task_transition
+from kb_cli.lifecycle import (
+    DocStatus,
+    Stage,
+    TaskStatus,
+    is_legal_document_transition,
+    is_legal_task_transition,
+)
 
 # Where a new run of a task starts: no progress, no error, no pending retry.
 FRESH_RUN = {
@@ -88,14 +94,18 @@ def move_document(
     **values: Any,
 ) -> Any:
     """Move a document from the status it was read with, bumping its version: the new
-    row, or None if it changed meanwhile."""
+    row, or None if it changed meanwhile. A move the document table does not list is
+    refused before any write."""
+    origin = DocStatus(document.status)
+    if not is_legal_document_transition(origin, to):
+        raise InternalError(f"illegal document transition {origin} -> {to}")
     now = values.setdefault("updated_at", utcnow())
     moved = queries.update_document(
-        conn, document.id, [DocStatus(document.status)], if_version=if_version, status=to, **values
+        conn, document.id, [origin], if_version=if_version, status=to, **values
     )
     if moved:
         queries.insert_audit_events(
-            conn, [audit_event(actor, action, document.id, document.status, to, detail, now)]
+            conn, [audit_event(actor, action, document.id, origin, to, detail, now)]
         )
     elif required:
         raise ConflictError(f"document {document.id} changed meanwhile; read it again and retry")

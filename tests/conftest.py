@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from kb_cli.app import Kb
 from kb_cli.cli import main
 from kb_cli.config import resolve_settings
-from kb_cli.services.context import Kb
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_docs"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+SCHEMA_VERSION = "SELECT version_num FROM kb_schema_version"
+
 
 def for_url(url: str) -> ModuleType:
     if url.startswith("sqlite"):

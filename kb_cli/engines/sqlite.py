@@ -28,6 +28,7 @@ Error = sqlite3.Error
 WAL_CHECKPOINT_PAGES = 10_000
 LOCK_ROW = ""  # BEGIN IMMEDIATE already excludes every other writer
 SKIP_LOCKED = ""
+COUNT_TABLES = "SELECT count(*) FROM sqlite_master"
 VERSION_TABLE_EXISTS = (
     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'kb_schema_version'"
 )

@@ -11,11 +11,11 @@ import os
 from dataclasses import dataclass
 
 from kb_cli import queries
+from kb_cli.app import MAX_ID_CHARS, Kb, require_base, resolve_id
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, ForbiddenError, KbError, NotFoundError, UsageError
 from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target
 from kb_cli.services.bases import check_names
-from kb_cli.services.context import MAX_ID_CHARS, Kb, require_base, resolve_id
 from kb_cli.transitions import audit_event
 
 ROLES = tuple(Role)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 
 from kb_cli import queries
+from kb_cli.app import Kb, require_base, resolve_document_id
 from kb_cli.db import utcnow
 from kb_cli.errors import ConflictError, NotFoundError, UsageError
 from kb_cli.permissions import BASE_PREFIX
 from kb_cli.records import BaseRecord, DocumentRecord
-from kb_cli.services.context import Kb, require_base, resolve_document_id
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import audit_event
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from kb_cli import queries
+from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
 from kb_cli.errors import InternalError
 from kb_cli.parsers import kind_for_filename
 from kb_cli.services import documents, search, tasks
-from kb_cli.services.context import Kb
 
 RACERS = ("worker-A", "worker-B")
 DAMAGED, REPLACEMENT, CANCELLED = "damaged.pdf", "handbook.pdf", "faq.txt"

@@ -11,11 +11,11 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from kb_cli import queries
-from kb_cli.db import Connection, utcnow
+from kb_cli.app import Kb
+from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import RepairRefused
-from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus, is_legal_pair
+from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
-from kb_cli.services.context import Kb
 from kb_cli.transitions import requeue_task
 
 # An object younger than this may belong to an upload whose row is not committed yet.
@@ -50,14 +50,15 @@ class DoctorReport:
 
 def check(kb: Kb, repair: bool = False) -> DoctorReport:
     """Find every broken invariant; with `repair`, fix the safe ones and say so."""
+    now = format_stamp(kb.clock.now())
     with kb.db.read() as conn:
         found = [
             *_status_pairs(conn),
             *_stray_chunks(conn),
-            *_expired_leases(conn),
+            *_expired_leases(conn, now),
             *_base_access(conn),
         ]
-        referenced = dict(conn.execute("SELECT object_key, id FROM documents").all())
+        referenced = queries.object_keys(conn)
         database_id = queries.database_id(conn)
     found += _objects(kb, referenced) + _foreign_store(kb, database_id)
     if repair and any(problem.kind == "orphan_object" for problem in found):
@@ -74,7 +75,7 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
 def _status_pairs(conn: Connection) -> list[Problem]:
     problems = []
     latest = queries.latest_tasks(conn)
-    for document in conn.execute("SELECT * FROM documents"):
+    for document in queries.all_documents(conn):
         task = latest.get(document.latest_task_id)
         task_status = TaskStatus(task.status) if task else None
         if not is_legal_pair(
@@ -89,11 +90,7 @@ def _status_pairs(conn: Connection) -> list[Problem]:
                     document.object_key,
                 )
             )
-    active = ", ".join(f"'{status}'" for status in ACTIVE_TASK_STATUSES)
-    stale = f"""SELECT t.id, d.id AS document_id, d.object_key
-        FROM ingestion_tasks AS t JOIN documents AS d ON d.id = t.document_id
-        WHERE t.status IN ({active}) AND (d.latest_task_id IS NULL OR d.latest_task_id != t.id)"""
-    for task in conn.execute(stale):
+    for task in queries.stale_active_tasks(conn):
         problems.append(
             Problem(
                 "stale_task",
@@ -108,16 +105,10 @@ def _status_pairs(conn: Connection) -> list[Problem]:
 
 def _stray_chunks(conn: Connection) -> list[Problem]:
     """Chunks may exist for a published revision, or for the latest task's revision
-    once that task succeeded. Also while it runs: this kb writes chunks only with the
-    completion, but a worker of an older kb, still running during an upgrade, writes
-    them one transaction earlier."""
-    query = """SELECT DISTINCT c.document_id, c.revision, c.task_id, d.published_revision,
-            d.latest_task_id, d.object_key, t.status AS task_status, t.revision AS task_revision
-        FROM chunks AS c
-        LEFT JOIN documents AS d ON d.id = c.document_id
-        LEFT JOIN ingestion_tasks AS t ON t.id = c.task_id"""
+    while that task runs (a large document's chunks are written in batches before the
+    completion) or once it succeeded."""
     problems = []
-    for row in conn.execute(query):
+    for row in queries.chunk_owners(conn):
         if row.revision == row.published_revision:
             continue
         own_run = (
@@ -139,10 +130,7 @@ def _stray_chunks(conn: Connection) -> list[Problem]:
     return problems
 
 
-def _expired_leases(conn: Connection) -> list[Problem]:
-    query = f"""SELECT t.*, d.object_key
-        FROM ingestion_tasks AS t LEFT JOIN documents AS d ON d.id = t.document_id
-        WHERE t.status = '{TaskStatus.RUNNING}' AND t.lease_expires_at < :now"""
+def _expired_leases(conn: Connection, now: str) -> list[Problem]:
     return [
         Problem(
             "expired_lease",
@@ -151,7 +139,7 @@ def _expired_leases(conn: Connection) -> list[Problem]:
             task.document_id,
             task.object_key,
         )
-        for task in conn.execute(query, {"now": utcnow()})
+        for task in queries.expired_running_tasks(conn, now)
     ]
 
 
@@ -255,7 +243,8 @@ def _requeue_abandoned(kb: Kb, task_id: str) -> bool:
     """A running task whose worker is gone goes back to the queue, attempt kept."""
     with kb.db.write() as conn:
         task = queries.get_task(conn, task_id)
-        if task is None or task.status != TaskStatus.RUNNING or task.lease_expires_at >= utcnow():
+        now = format_stamp(kb.clock.now())
+        if task is None or task.status != TaskStatus.RUNNING or task.lease_expires_at >= now:
             return False
         return requeue_task(
             conn,

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb_cli import queries
+from kb_cli.app import Kb, require_base, resolve_document_id
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, SUBMITTABLE, DocStatus, Stage, TaskStatus
 from kb_cli.parsers import FileKind, kind_for_filename
 from kb_cli.permissions import DEFAULT_BASE
 from kb_cli.records import DocumentRecord, TaskRecord
-from kb_cli.services.context import Kb, require_base, resolve_document_id
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document
 

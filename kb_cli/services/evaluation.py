@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from kb_cli.app import Kb
 from kb_cli.errors import UsageError
-from kb_cli.services.context import Kb
 from kb_cli.services.search import search
 
 

@@ -4,9 +4,9 @@ knowledge base (`base:NAME`: its creation, grants, and refused uploads into it).
 from __future__ import annotations
 
 from kb_cli import queries
+from kb_cli.app import Kb, require_base, resolve_id
 from kb_cli.permissions import BASE_PREFIX
 from kb_cli.records import AuditRecord
-from kb_cli.services.context import Kb, require_base, resolve_id
 
 
 def history(kb: Kb, ref: str) -> list[AuditRecord]:

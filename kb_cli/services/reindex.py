@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kb_cli import queries
+from kb_cli.app import Kb
 from kb_cli.chunking import contextual_text
 from kb_cli.embeddings import to_blob
 from kb_cli.errors import UsageError
-from kb_cli.services.context import Kb
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kb_cli import queries
+from kb_cli.app import Kb, require_base
 from kb_cli.chunking import contextual_text, merge_passage
 from kb_cli.embeddings import from_blobs
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
@@ -22,7 +23,6 @@ from kb_cli.ranking import (
     top_similar,
 )
 from kb_cli.records import SearchHit
-from kb_cli.services.context import Kb, require_base
 from kb_cli.textsearch import Query, parse_query, script_of, snippet
 
 MODES = tuple(SearchMode)

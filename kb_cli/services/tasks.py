@@ -6,6 +6,7 @@ import time
 from typing import Protocol
 
 from kb_cli import queries
+from kb_cli.app import Kb, resolve_id
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
@@ -18,7 +19,6 @@ from kb_cli.lifecycle import (
 )
 from kb_cli.permissions import Scope
 from kb_cli.records import DocumentRecord, TaskRecord
-from kb_cli.services.context import Kb, resolve_id
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import move_document, move_task, requeue_task
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
+from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from kb_cli.services.context import Kb
 from tests.conftest import SAMPLES, db_rows
 
 KNOWLEDGE = SAMPLES / "knowledge"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -12,15 +13,37 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kb_cli import queries
-from kb_cli.config import resolve_settings
-from kb_cli.errors import ConflictError
-from kb_cli.lifecycle import ErrorCode, Stage, TaskStatus
+from kb_cli.app import Kb
+from kb_cli.clock import ManualClock
+from kb_cli.config import WorkerOptions, resolve_settings
+from kb_cli.errors import ClaimLost, ConflictError, TaskFailure
+from kb_cli.lifecycle import (
+    DOCUMENT_TRANSITIONS,
+    TASK_TRANSITIONS,
+    DocStatus,
+    ErrorCode,
+    Stage,
+    TaskStatus,
+)
 from kb_cli.services import doctor, tasks
 from kb_cli.services import documents as docs
-from kb_cli.services.context import Kb
-from kb_cli.worker import ClaimLost, TaskFailure, Worker, WorkerOptions, _Run
+from kb_cli.worker import Attempt, Claim, Pipeline, Worker
 
 WORKERS = ("w1", "w2")
+LEASE_SECONDS = 30
+
+
+@dataclass
+class Run:
+    """One worker's attempt at one task, driven a step at a time."""
+
+    claim: Claim
+    attempt: Attempt
+    pipeline: Pipeline
+
+    @property
+    def task_id(self) -> str:
+        return self.claim.task.id
 
 
 class Lifecycle(RuleBasedStateMachine):
@@ -31,6 +54,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.kb = Kb.open(
             resolve_settings(str(root / "home"), None, str(root / "objects")), actor="prop"
         )
+        self.clock = self.kb.clock = ManualClock()
         if not self.kb.db.is_sqlite:  # one PostgreSQL database for every example: empty it
             with self.kb.db.write() as conn:
                 for table in (
@@ -43,7 +67,7 @@ class Lifecycle(RuleBasedStateMachine):
                     conn.execute(f"DELETE FROM {table}")
         self.files = root
         self.documents: list[str] = []
-        self.runs: dict[str, _Run] = {}  # task id -> the run that believes it owns it
+        self.runs: dict[str, Run] = {}  # task id -> the run that believes it owns it
         self.counter = 0
 
     def teardown(self) -> None:
@@ -96,17 +120,17 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule(worker=st.sampled_from(WORKERS))
     def claim(self, worker: str) -> None:
-        agent = Worker(self.kb, WorkerOptions(worker_id=worker, lease_seconds=30))
-        claim = agent._claim(None)
+        agent = Worker(self.kb, WorkerOptions(worker_id=worker, lease_seconds=LEASE_SECONDS))
+        claim = agent.claim(None)
         if claim is not None:
-            self.runs[claim.task.id] = _Run(agent, claim)
+            attempt = Attempt(agent, claim)
+            self.runs[claim.task.id] = Run(claim, attempt, Pipeline(self.kb, attempt, claim))
 
     @precondition(lambda self: self.runs)
     @rule(pick=st.integers(0, 99), stage=st.sampled_from(list(Stage)))
     def progress(self, pick: int, stage: Stage) -> None:
         run = self._run(pick)
-        run._write_interval = 0
-        self._lost_ok(run, lambda: run.report(stage, 1, 2))
+        self._lost_ok(run, lambda: run.attempt.report(stage, 1, 2))
 
     @precondition(lambda self: self.runs)
     @rule(pick=st.integers(0, 99))
@@ -114,10 +138,7 @@ class Lifecycle(RuleBasedStateMachine):
         run = self._run(pick)
 
         def finish() -> None:
-            document = run.claim.document
-            path = run._download(document)
-            chunks = run._parse(path, document.content_type)
-            run._finalize(run._index(chunks, run._embed(chunks)))
+            run.claim.complete(run.pipeline.run(run.claim.document, run.claim.task.document_id))
 
         self._lost_ok(run, finish, done=True)
 
@@ -126,10 +147,11 @@ class Lifecycle(RuleBasedStateMachine):
     def index_only(self, pick: int) -> None:
         run = self._run(pick)
         document = run.claim.document
+        pipeline = run.pipeline
         self._lost_ok(
             run,
-            lambda: run._index(
-                chunks := run._parse(run._download(document), document.content_type),
+            lambda: pipeline.index(
+                chunks := pipeline.parse(pipeline.download(document), document.content_type),
                 [None] * len(chunks),
             ),
         )
@@ -138,23 +160,19 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(pick=st.integers(0, 99), code=st.sampled_from(list(ErrorCode)))
     def fail(self, pick: int, code: ErrorCode) -> None:
         run = self._run(pick)
-        run.fail(code, f"{code} happened")
+        run.claim.fail(code, f"{code} happened")
         self.runs.pop(run.task_id, None)
 
     @precondition(lambda self: self.runs)
     @rule(pick=st.integers(0, 99))
     def release(self, pick: int) -> None:
         run = self._run(pick)
-        run.release()
+        run.claim.release()
         self.runs.pop(run.task_id, None)
 
     @rule()
     def expire_leases(self) -> None:
-        with self.kb.db.write() as conn:
-            conn.execute(
-                "UPDATE ingestion_tasks SET lease_expires_at = '2000-01-01T00:00:00.000000Z'"
-                " WHERE status = 'running'"
-            )
+        self.clock.advance(LEASE_SECONDS + 1)
 
     # --- invariants ------------------------------------------------------------------
 
@@ -175,6 +193,23 @@ class Lifecycle(RuleBasedStateMachine):
                 if task.status == TaskStatus.FAILED:
                     assert task.error_code is not None
 
+    @invariant()
+    def every_move_is_in_its_table(self) -> None:
+        """Each state change recorded is a legal move of its machine."""
+        with self.kb.db.read() as conn:
+            events = conn.execute(
+                "SELECT e.from_status, e.to_status, t.id AS task_id FROM audit_events AS e"
+                " LEFT JOIN ingestion_tasks AS t ON t.id = e.entity_id"
+                " WHERE e.to_status IS NOT NULL"
+            ).all()
+        for event in events:
+            if event.task_id is not None:
+                old = event.from_status and TaskStatus(event.from_status)
+                assert (old or None, TaskStatus(event.to_status)) in TASK_TRANSITIONS, event
+            else:
+                old = event.from_status and DocStatus(event.from_status)
+                assert (old or None, DocStatus(event.to_status)) in DOCUMENT_TRANSITIONS, event
+
     # --- helpers -----------------------------------------------------------------------
 
     def _document(self, pick: int) -> str:
@@ -184,17 +219,17 @@ class Lifecycle(RuleBasedStateMachine):
         with self.kb.db.read() as conn:
             return queries.get_document(conn, self._document(pick)).latest_task_id
 
-    def _run(self, pick: int) -> _Run:
+    def _run(self, pick: int) -> Run:
         return list(self.runs.values())[pick % len(self.runs)]
 
-    def _lost_ok(self, run: _Run, action, done: bool = False) -> None:
+    def _lost_ok(self, run: Run, action, done: bool = False) -> None:
         try:
             action()
         except ClaimLost:
             self.runs.pop(run.task_id, None)
             return
         except TaskFailure as failure:  # as the worker does: record it (fenced)
-            run.fail(failure.code, failure.detail)
+            run.claim.fail(failure.code, failure.detail)
             self.runs.pop(run.task_id, None)
             return
         if done:

@@ -1,16 +1,17 @@
-"""What every service needs: settings, the database, the object store, the embedding
-provider, the caller."""
+"""The application context: settings, the database, the object store, the providers,
+the clock and the caller; and resolving the ids a caller names. Below both the services
+and the worker, which receive it."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import getpass
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_cli import queries
+from kb_cli.clock import SYSTEM_CLOCK, Clock
 from kb_cli.config import Settings
 from kb_cli.db import Connection, Database
 from kb_cli.embeddings import Embedder, make_embedder
@@ -35,6 +36,7 @@ class Kb:
     db: Database
     store: FileObjectStore
     actor: Actor
+    clock: Clock = field(default=SYSTEM_CLOCK)
 
     @functools.cached_property
     def embedder(self) -> Embedder | None:
@@ -52,7 +54,6 @@ class Kb:
     def open(cls, settings: Settings, actor: str | None = None, create: bool = True) -> Kb:
         """Connect, creating the home directory and the schema on first use; a read-only
         command (`create=False`) creates nothing and says that there is nothing yet."""
-        _keep_private()
         if settings.database_url.startswith("sqlite"):
             _prepare_sqlite_home(settings, create)
         db = Database(settings.database_url, settings.busy_timeout_seconds)
@@ -90,13 +91,6 @@ def _prepare_sqlite_home(settings: Settings, create: bool) -> None:
                 "(check --database-url / DATABASE_URL)"
             )
         raise NoKnowledgeBaseYet()
-
-
-def _keep_private() -> None:
-    """Whatever kb creates (database, its journal, objects, directories) is readable by
-    its owner only: 0600 files, 0700 directories, or tighter if the umask says so.
-    Unpublished documents and token hashes are no other local account's business."""
-    os.umask(os.umask(0o077) | 0o077)
 
 
 def _login() -> str:

@@ -1,0 +1,382 @@
+"""A worker's hold on one task: taking it, and every write of task state after that.
+
+This is the only code that writes a task's state. Each write is conditioned on the
+claim (status running, this worker's id, this attempt), so a worker whose task was
+cancelled or reclaimed writes nothing more. Every write is one short transaction; a
+busy database makes the worker wait and retry its step, never give up its task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any, TypeVar
+
+from kb_cli import queries
+from kb_cli.app import Kb
+from kb_cli.config import WorkerOptions
+from kb_cli.db import Connection, format_stamp
+from kb_cli.errors import BusyError, ClaimLost, KbError
+from kb_cli.lifecycle import DocStatus, ErrorCode, Stage, TaskStatus
+from kb_cli.records import Row
+from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
+from kb_cli.worker.retry import RetryPolicy
+
+BUSY_BACKOFF_CAP_SECONDS = 2.0
+T = TypeVar("T")
+
+
+def retrying(step: Callable[[], T], stop: threading.Event) -> T:
+    """Run a transaction step again while the database is busy, with a growing,
+    jittered pause; only a stop request ends the waiting (with BusyError)."""
+    delay = 0.05
+    while True:
+        try:
+            return step()
+        except BusyError:
+            if stop.is_set():
+                raise
+            stop.wait(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, BUSY_BACKOFF_CAP_SECONDS)
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """Who claims: the context, the worker's options, and its stop request."""
+
+    kb: Kb
+    options: WorkerOptions
+    stop: threading.Event
+
+    def now(self) -> str:
+        return format_stamp(self.kb.clock.now())
+
+    def lease_from(self, now: str) -> str:
+        from kb_cli.db import parse_stamp
+
+        return format_stamp(parse_stamp(now) + timedelta(seconds=self.options.lease_seconds))
+
+    def audit_detail(self, detail: str | None) -> str:
+        """The worker's name in every event's detail; the actor is the authenticated
+        user (in open mode, the OS user), never a name the worker gave itself."""
+        named = f"worker {self.options.worker_id}"
+        return f"{named}; {detail}" if detail else named
+
+    def move_document(self, conn: Connection, task: Row, to: DocStatus, action: str) -> None:
+        """Move the task's document along, if it is still processing (one guarded
+        UPDATE: a document that was deleted or moved on is left alone)."""
+        move_document(
+            conn,
+            SimpleNamespace(id=task.document_id, status=DocStatus.PROCESSING),
+            to,
+            actor=self.kb.actor.name,
+            action=action,
+            detail=self.audit_detail(f"task {task.id}"),
+        )
+
+
+@dataclass
+class Taken:
+    """What one claim attempt did: the claim, if any, and the tasks it failed on the
+    way because their workers were lost too often (task id, reason)."""
+
+    claim: Claim | None
+    given_up: list[tuple[str, str]] = field(default_factory=list)
+
+
+def take(claimant: Claimant, task_id: str | None) -> Taken:
+    """Take the named or the oldest claimable task, in one write transaction."""
+    return retrying(lambda: _take_once(claimant, task_id), claimant.stop)
+
+
+def _take_once(claimant: Claimant, task_id: str | None) -> Taken:
+    taken = Taken(None)
+    with claimant.kb.db.write() as conn:
+        while (task := _candidate(conn, task_id, now := claimant.now())) is not None:
+            if task.status == TaskStatus.RUNNING and task.attempt >= claimant.options.max_attempts:
+                lost = _fail_lost_worker(claimant, conn, task)
+                taken.given_up += [lost] if lost else []
+                if lost is None or task_id is not None:
+                    break
+                continue  # look for the next claimable task
+            taken.claim = _claim(claimant, conn, task, now)
+            break
+    return taken
+
+
+def _candidate(conn: Connection, task_id: str | None, now: str) -> Row | None:
+    if task_id is not None:
+        return queries.claimable_task(conn, task_id, now)
+    return queries.next_claimable_task(conn, now)
+
+
+def _claim(claimant: Claimant, conn: Connection, task: Row, now: str) -> Claim | None:
+    """Claim (or reclaim) one claimable task in the caller's transaction."""
+    reclaimed_from = task.worker_id if task.status == TaskStatus.RUNNING else None
+    claimed = move_task(
+        conn,
+        task,
+        TaskStatus.RUNNING,
+        actor=claimant.kb.actor.name,
+        action="reclaim" if reclaimed_from else "claim",
+        # A reclaim takes over exactly the lost claim it read, never a newer one.
+        fence=(task.worker_id, task.attempt) if reclaimed_from else None,
+        detail=claimant.audit_detail(
+            f"lease of {reclaimed_from} expired at {task.lease_expires_at}"
+            if reclaimed_from
+            else None
+        ),
+        worker_id=claimant.options.worker_id,
+        attempt=task.attempt + 1,
+        lease_expires_at=claimant.lease_from(now),
+        updated_at=now,
+        **FRESH_RUN,
+    )
+    if claimed is None:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
+        return None
+    # Chunks a dead attempt wrote go at the start of indexing, in bounded batches.
+    document = queries.get_document(conn, task.document_id)
+    return Claim(claimant, claimed, document, reclaimed_from)
+
+
+def _fail_lost_worker(claimant: Claimant, conn: Connection, task: Row) -> tuple[str, str] | None:
+    detail = (
+        f"WorkerLost: worker {task.worker_id} stopped heartbeating; "
+        f"{task.attempt} of {claimant.options.max_attempts} attempts used"
+    )
+    if not move_task(
+        conn,
+        task,
+        TaskStatus.FAILED,
+        actor=claimant.kb.actor.name,
+        action="fail",
+        detail=claimant.audit_detail(detail),
+        fence=(task.worker_id, task.attempt),
+        error_code=ErrorCode.WORKER_LOST,
+        error_detail=detail,
+        lease_expires_at=None,
+    ):
+        return None
+    queries.delete_task_chunks(conn, task.id)
+    claimant.move_document(conn, task, DocStatus.FAILED, "fail")
+    return task.id, detail
+
+
+class Claim:
+    """One attempt's hold on its task, and every write it makes.
+
+    Chunks are written in batches (KB_CHUNK_BATCH rows), each its own short transaction
+    fenced on the claim, and the completion transaction writes the last batch with the
+    task's and the document's new status. Until then the rows belong to a running task:
+    search shows published revisions only, and an attempt that stops removes them (or
+    the next claim of the task does, or `doctor --repair`)."""
+
+    def __init__(
+        self, claimant: Claimant, task: Row, document: Row | None, reclaimed_from: str | None
+    ) -> None:
+        self.claimant = claimant
+        self.kb = claimant.kb
+        self.task = task
+        self.document = document
+        self.reclaimed_from = reclaimed_from
+        self.lost = threading.Event()  # set by the heartbeat when the claim is gone
+        self.final_row: Row | None = None  # the task row this attempt's last write left
+        self.position: tuple[Stage, int, int] = (Stage.DOWNLOAD, 0, 0)
+        options = claimant.options
+        # A stage delay exists so that others can watch: then every step is written.
+        self._write_interval = 0.0 if options.stage_delay else options.progress_interval
+        self._last_write = time.monotonic()
+        self.batch = self.kb.settings.chunk_batch
+        # Whether chunks of this task's revision may exist before the completion: an
+        # earlier attempt may have left some, and this one writes batches ahead.
+        self._may_have_chunks = task.attempt > 1
+
+    @property
+    def fence(self) -> tuple[str, int]:
+        return self.task.worker_id, self.task.attempt
+
+    def _retrying(self, step: Callable[[], T]) -> T:
+        return retrying(step, self.claimant.stop)
+
+    # --- while it runs -------------------------------------------------------------
+
+    def progress(self, stage: Stage, done: int, total: int) -> None:
+        """Remember where the attempt is; write it now and then. On a busy database the
+        write waits for the next step; the heartbeat keeps the lease meanwhile."""
+        self.position = (stage, done, total)
+        if time.monotonic() - self._last_write >= self._write_interval:
+            with contextlib.suppress(BusyError), self.kb.db.write() as conn:
+                self._write_progress(conn, stage, done, total)
+
+    def _write_progress(self, conn: Connection, stage: Stage, done: int, total: int) -> None:
+        now = self.claimant.now()
+        if not queries.update_task(
+            conn,
+            self.task.id,
+            [TaskStatus.RUNNING],
+            fence=self.fence,
+            stage=stage,
+            completed=done,
+            total=total,
+            updated_at=now,
+            lease_expires_at=self.claimant.lease_from(now),
+        ):
+            raise ClaimLost()
+        self._last_write = time.monotonic()
+
+    def renew_lease(self) -> None:
+        with self.kb.db.write() as conn:
+            renewed = queries.update_task(
+                conn,
+                self.task.id,
+                [TaskStatus.RUNNING],
+                fence=self.fence,
+                lease_expires_at=self.claimant.lease_from(self.claimant.now()),
+            )
+        if not renewed:
+            self.lost.set()
+
+    def store_chunks(self, rows: list[dict[str, Any]], done: int, total: int) -> None:
+        """One batch of chunk rows ahead of the completion, with the progress that
+        checks the claim, in one transaction."""
+
+        def write() -> None:
+            self._may_have_chunks = True
+            with self.kb.db.write() as conn:
+                self._write_progress(conn, Stage.INDEXING, done, total)
+                queries.insert_chunks(
+                    conn, self.task.document_id, self.task.revision, self.task.id, rows
+                )
+
+        self._retrying(write)
+
+    def purge_chunks(self) -> None:
+        """Delete the chunks of this task's revision (an unpublished one: only a new
+        revision is ever processed) in bounded batches, each fenced on the claim."""
+        if not self._may_have_chunks:
+            return
+        while self._retrying(self._purge_batch) == self.batch:
+            pass
+        self._may_have_chunks = False
+
+    def _purge_batch(self) -> int:
+        with self.kb.db.write() as conn:
+            self._write_progress(conn, *self.position)
+            task = self.task
+            return queries.delete_revision_chunks(conn, task.document_id, task.revision, self.batch)
+
+    # --- endings ---------------------------------------------------------------------
+
+    def complete(self, rows: list[dict[str, Any]]) -> Row:
+        """The last batch of chunks, task and document in one short transaction that
+        makes all the chunks the task's result; the claim is checked in it."""
+
+        def write() -> Row:
+            task = self.task
+            with self.kb.db.write() as conn:
+                finished = self._end(
+                    conn,
+                    TaskStatus.SUCCEEDED,
+                    "complete",
+                    stage=Stage.FINALIZING,
+                    completed=1,
+                    total=1,
+                )
+                if finished is None:
+                    raise ClaimLost()
+                queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
+                self.claimant.move_document(conn, task, DocStatus.REVIEW_PENDING, "complete")
+            return finished
+
+        self.final_row = self._retrying(write)
+        return self.final_row
+
+    def fail(self, code: ErrorCode, detail: str) -> Row | None:
+        """Fail the task, or park it in retry_wait when the cause may pass by itself;
+        None when the claim was lost meanwhile."""
+        self._purge_quietly()
+        self.final_row = self._retrying(lambda: self._fail_once(code, detail))
+        return self.final_row
+
+    def _fail_once(self, code: ErrorCode, detail: str) -> Row | None:
+        options = self.claimant.options
+        policy = RetryPolicy(options.max_attempts, options.backoff_seconds)
+        retry_at = policy.decide(
+            code, self.task.attempt, self.kb.clock.now(), jitter=random.uniform(0.5, 1.5)
+        )
+        # Progress writes are throttled: record the stage the failure happened in.
+        stage, done, total = self.position
+        where = {"stage": stage, "completed": done, "total": total}
+        with self.kb.db.write() as conn:
+            if retry_at is not None:
+                stamp = format_stamp(retry_at)
+                moved = self._end(
+                    conn,
+                    TaskStatus.RETRY_WAIT,
+                    "retry_wait",
+                    detail=f"{code} ({detail}); retry at {stamp}",
+                    error_code=code,
+                    error_detail=detail,
+                    retry_at=stamp,
+                    **where,
+                )
+            else:
+                moved = self._end(
+                    conn,
+                    TaskStatus.FAILED,
+                    "fail",
+                    detail=f"{code}: {detail}",
+                    error_code=code,
+                    error_detail=detail,
+                    **where,
+                )
+                if moved:
+                    self.claimant.move_document(conn, self.task, DocStatus.FAILED, "fail")
+            if moved:
+                queries.delete_task_chunks(conn, self.task.id)  # what the purge left, if any
+        return moved
+
+    def release(self) -> Row | None:
+        """Graceful stop: back to queued (attempt kept), with no chunks left behind;
+        None when the claim was lost meanwhile."""
+        self._purge_quietly()
+        with self.kb.db.write() as conn:
+            self.final_row = requeue_task(
+                conn,
+                self.task,
+                actor=self.kb.actor.name,
+                action="release",
+                detail=self.claimant.audit_detail("stopped by a signal"),
+                fence=self.fence,
+                updated_at=self.claimant.now(),
+            )
+        return self.final_row
+
+    def _purge_quietly(self) -> None:
+        """Remove this attempt's chunks before it ends; a lost claim or a failing
+        database leaves them to the next claim or to `doctor --repair`."""
+        with contextlib.suppress(ClaimLost, KbError):
+            self.purge_chunks()
+
+    def _end(
+        self, conn: Connection, to: TaskStatus, action: str, detail: str | None = None, **values
+    ) -> Row | None:
+        """Move this attempt's task on from its own running claim, lease over."""
+        return move_task(
+            conn,
+            self.task,
+            to,
+            actor=self.kb.actor.name,
+            action=action,
+            detail=self.claimant.audit_detail(detail),
+            fence=self.fence,
+            lease_expires_at=None,
+            updated_at=self.claimant.now(),
+            **values,
+        )

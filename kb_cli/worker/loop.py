@@ -1,0 +1,199 @@
+"""The run loop: claim a task, run its pipeline, end the attempt; again, until told to
+stop, done, or out of work. No transaction is open while the worker reads, parses,
+embeds or sleeps."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Protocol
+
+from kb_cli import queries
+from kb_cli.app import Kb, resolve_task_id
+from kb_cli.config import WorkerOptions
+from kb_cli.errors import (
+    ClaimLost,
+    DatabaseUnavailable,
+    StopRequested,
+    StorageUnavailable,
+    TaskFailure,
+)
+from kb_cli.lifecycle import ErrorCode, Stage
+from kb_cli.records import TaskRecord, WorkResult
+from kb_cli.worker.claim import Claim, Claimant, take
+from kb_cli.worker.heartbeat import Heartbeat
+from kb_cli.worker.pipeline import Pipeline, describe_error, error_detail
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class WorkerListener(Protocol):
+    """What the worker tells its display."""
+
+    def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None: ...
+    def missed(self, task_id: str | None) -> None: ...
+    def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None: ...
+    def finished(self, task: TaskRecord) -> None: ...
+    def released(self, task_id: str) -> None: ...
+    def lost(self, task_id: str) -> None: ...
+    def gave_up(self, task_id: str, reason: str) -> None: ...
+
+
+class SilentListener:
+    def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
+        pass
+
+    def missed(self, task_id: str | None) -> None:
+        pass
+
+    def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
+        pass
+
+    def finished(self, task: TaskRecord) -> None:
+        pass
+
+    def released(self, task_id: str) -> None:
+        pass
+
+    def lost(self, task_id: str) -> None:
+        pass
+
+    def gave_up(self, task_id: str, reason: str) -> None:
+        pass
+
+
+class Worker:
+    def __init__(
+        self,
+        kb: Kb,
+        options: WorkerOptions,
+        listener: WorkerListener | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.kb = kb
+        self.options = options
+        self.listener = listener or SilentListener()
+        self.stop = stop or threading.Event()
+        self.claimant = Claimant(kb, options, self.stop)
+        self.heartbeat = Heartbeat(options.lease_seconds / 3)
+
+    def run(
+        self, task_ref: str | None = None, max_tasks: int | None = 1, loop: bool = False
+    ) -> Iterator[WorkResult]:
+        """Yield one result per claim attempt; stop when told, done, or out of work."""
+        try:
+            if task_ref is not None:
+                yield self.run_once(task_ref)
+                return
+            done = 0
+            while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
+                result = self.run_once()
+                if result.claimed:
+                    done += 1
+                    yield result
+                elif loop:
+                    self.stop.wait(self.options.poll_seconds)
+                else:
+                    yield result
+                    return
+        finally:
+            self.heartbeat.close()
+
+    def run_once(self, task_ref: str | None = None) -> WorkResult:
+        worker_id = self.options.worker_id
+        task_id = None
+        if task_ref is not None:  # a prefix is resolved first, so logs carry the full id
+            with self.kb.db.read() as conn:
+                task_id = resolve_task_id(conn, self.kb.scope, task_ref)
+        claim = self.claim(task_id)
+        if claim is None:
+            self.listener.missed(task_id)
+            return WorkResult(False, worker_id, task_id, None)
+        return WorkResult(True, worker_id, claim.task.id, self.execute(claim))
+
+    def claim(self, task_id: str | None = None) -> Claim | None:
+        """Take the named or the oldest claimable task, and say so."""
+        taken = take(self.claimant, task_id)
+        for lost_task_id, reason in taken.given_up:
+            self.listener.gave_up(lost_task_id, reason)
+        claim = taken.claim
+        if claim is not None:
+            filename = claim.document.filename if claim.document else "(no document)"
+            self.listener.claimed(TaskRecord.from_row(claim.task), filename, claim.reclaimed_from)
+        return claim
+
+    def execute(self, claim: Claim) -> TaskRecord:
+        """Run the claimed task's stages and end the attempt: completed, failed (or
+        waiting for a retry), released on a stop, or left alone when the claim was
+        lost. The final task record."""
+        task_id = claim.task.id
+        self.heartbeat.watch(claim)
+        try:
+            attempt = Attempt(self, claim)
+            rows = Pipeline(self.kb, attempt, claim).run(claim.document, claim.task.document_id)
+            attempt.report(Stage.FINALIZING, 0, 1)
+            claim.complete(rows)
+            self.listener.progress(task_id, Stage.FINALIZING, 1, 1)
+        except ClaimLost:
+            self.listener.lost(task_id)
+        except StopRequested:
+            self._told(task_id, claim.release(), self.listener.released)
+        except TaskFailure as failure:
+            self._told(task_id, claim.fail(failure.code, failure.detail))
+        except StorageUnavailable as error:
+            self.kb.db.release_space()
+            self._told(task_id, claim.fail(ErrorCode.STORAGE_UNAVAILABLE, error_detail(error)))
+        except DatabaseUnavailable as error:
+            # Not the task's fault, and nothing can be written now: leave the claim to
+            # expire, so that another worker (or this one, restarted) takes it over.
+            raise DatabaseUnavailable(
+                f"{error.message}; task {task_id} stays claimed until its lease "
+                "expires, then another worker takes it over"
+            ) from error
+        except Exception as error:  # a bug or an unforeseen input: fail, do not hang
+            self._told(task_id, claim.fail(ErrorCode.INTERNAL_ERROR, describe_error(error)))
+        finally:
+            self.heartbeat.watch(None)
+        final = claim.final_row
+        if final is None:  # the claim was lost: someone else wrote the last state
+            with self.kb.db.read() as conn:
+                final = queries.get_task(conn, task_id)
+        record = TaskRecord.from_row(final)
+        self.listener.finished(record)
+        return record
+
+    def _told(self, task_id: str, moved: object, done=None) -> None:
+        """Tell the listener how an attempt's ending went: done, or the claim lost."""
+        if not moved:
+            self.listener.lost(task_id)
+        elif done is not None:
+            done(task_id)
+
+
+class Attempt:
+    """The pipeline's reporter for one claim: each progress step is shown, written now
+    and then, paused on (--stage-delay), and a safe point for a stop or a lost claim."""
+
+    def __init__(self, worker: Worker, claim: Claim) -> None:
+        self.claim = claim
+        self.listener = worker.listener
+        self.stop = worker.stop
+        self.stage_delay = worker.options.stage_delay
+
+    def report(self, stage: Stage, done: int, total: int) -> None:
+        self.checkpoint()
+        self.listener.progress(self.claim.task.id, stage, done, total)
+        self.claim.progress(stage, done, total)
+        if self.stage_delay > 0:
+            self.stop.wait(self.stage_delay)
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        if self.claim.lost.is_set():
+            raise ClaimLost()
+        if self.stop.is_set():
+            raise StopRequested()

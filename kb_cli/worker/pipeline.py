@@ -1,0 +1,226 @@
+"""The stages of one task: download, parse, embedding, indexing.
+
+The pipeline reports progress and raises; it never writes task state. Chunk rows go
+to a `ChunkSink` (the claim, which fences each write), and every failure is raised
+as a TaskFailure carrying the task's error code, or as a WorkerInterrupt.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Protocol
+
+from kb_cli.app import Kb
+from kb_cli.chunking import ChunkText, chunk_blocks, contextual_text, with_context
+from kb_cli.embeddings import to_blob
+from kb_cli.errors import (
+    DocumentTooLarge,
+    KbError,
+    ProviderRejected,
+    ProviderUnavailable,
+    TaskFailure,
+    WorkerInterrupt,
+)
+from kb_cli.lifecycle import ErrorCode, Stage
+from kb_cli.records import Row
+from kb_cli.textsearch import count_words, index_terms
+
+DETAIL_LIMIT = 500
+# The disk, not the object, is at fault for these: storage_unavailable, retried.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+class Reporter(Protocol):
+    def report(self, stage: Stage, done: int, total: int) -> None:
+        """A progress step: shown, written now and then; raises WorkerInterrupt when
+        the attempt must stop."""
+
+    def checkpoint(self) -> None:
+        """A safe point: raises WorkerInterrupt when the attempt must stop."""
+
+
+class ChunkSink(Protocol):
+    batch: int
+
+    def purge_chunks(self) -> None: ...
+    def store_chunks(self, rows: list[dict[str, Any]], done: int, total: int) -> None: ...
+
+
+def describe_error(error: BaseException) -> str:
+    """Type name and a short message: no traceback, SQL or filesystem path."""
+    # Database errors never get here raw: `kb_cli.db` turns them into KbErrors whose
+    # messages carry no SQL.
+    if isinstance(error, OSError) and error.strerror:
+        message = error.strerror  # str(error) would name the file
+    else:
+        message = _scrub_paths(" ".join(str(error).split()))
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text[:DETAIL_LIMIT]
+
+
+_PATH = re.compile(r"(?:(?<=^)|(?<=[\s'\"(=:]))(?:[A-Za-z]:)?[\\/][^\s'\"]*")
+
+
+def _scrub_paths(message: str) -> str:
+    return _PATH.sub("<path>", message)
+
+
+def error_detail(error: KbError) -> str:
+    return f"{type(error).__name__}: {error.message}"[:DETAIL_LIMIT]
+
+
+def _read_failure(error: OSError) -> TaskFailure:
+    """A stored object that cannot be read: gone or unreadable (object_read_error), or
+    on a disk that is full or read-only (storage_unavailable); both are retried."""
+    code = ErrorCode.STORAGE_UNAVAILABLE if error.errno in _STORAGE_ERRNOS else None
+    return TaskFailure(code or ErrorCode.OBJECT_READ_ERROR, describe_error(error))
+
+
+class Pipeline:
+    """One attempt's stages, up to the rows of the last chunk batch, which the claim
+    writes with the completion."""
+
+    def __init__(self, kb: Kb, reporter: Reporter, sink: ChunkSink) -> None:
+        self.kb = kb
+        self.reporter = reporter
+        self.sink = sink
+        self.model: str | None = None  # of the vectors this attempt made
+        self.dim: int | None = None
+
+    def run(self, document: Row | None, document_id: str) -> list[dict[str, Any]]:
+        if document is None:
+            raise TaskFailure(
+                ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
+            )
+        path = self.download(document)
+        chunks = with_context(self.parse(path, document.content_type), document.filename)
+        return self.index(chunks, self.embed(chunks))
+
+    def report(self, stage: Stage, done: int, total: int) -> None:
+        self.reporter.report(stage, done, total)
+
+    def download(self, document: Row) -> Path:
+        """Stream the stored object and check it against the checksum taken at upload."""
+        total = document.size_bytes
+        self.report(Stage.DOWNLOAD, 0, total)
+        digest = hashlib.sha256()
+        done = 0
+        try:
+            for block in self.kb.store.read_blocks(document.object_key):
+                digest.update(block)
+                done += len(block)
+                self.report(Stage.DOWNLOAD, done, total)
+        except OSError as error:
+            raise _read_failure(error) from error
+        if digest.hexdigest() != document.sha256:
+            raise TaskFailure(
+                ErrorCode.OBJECT_READ_ERROR,
+                "ChecksumMismatch: the stored object does not match its sha256",
+            )
+        if total == 0:
+            self.report(Stage.DOWNLOAD, 0, 0)
+        return self.kb.store.local_path(document.object_key)
+
+    def parse(self, path: Path, content_type: str) -> list[ChunkText]:
+        """Parse and chunk within the configured limits; a stop or a cancel is noticed
+        within a fraction of a second, even inside a long parse."""
+        from kb_cli import parsers
+
+        self.report(Stage.PARSE, 0, 0)
+        limits = self.kb.settings.limits
+        checkpoint = self.reporter.checkpoint
+        try:
+            blocks = parsers.parse(
+                path,
+                content_type,
+                lambda done, total: self.report(Stage.PARSE, done, total),
+                limits,
+                checkpoint,
+            )
+            chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=checkpoint)
+        except DocumentTooLarge as error:
+            raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, error_detail(error)) from error
+        except (WorkerInterrupt, KbError):
+            raise
+        except OSError as error:  # the object vanished, or its disk failed, meanwhile
+            raise _read_failure(error) from error
+        except Exception as error:
+            raise TaskFailure(ErrorCode.PARSE_ERROR, describe_error(error)) from error
+        if not chunks:
+            raise TaskFailure(
+                ErrorCode.EMPTY_DOCUMENT, "EmptyDocument: parsing found no indexable text"
+            )
+        return chunks
+
+    def embed(self, chunks: list[ChunkText]) -> list[bytes | None]:
+        """Each chunk's vector, in batches, with progress in chunks; no vectors when
+        embeddings are off. A provider that may recover (unreachable, 429, 5xx) makes
+        the task wait and retry; one that refuses the configuration fails it."""
+        total = len(chunks)
+        self.report(Stage.EMBEDDING, 0, total)
+        embedder = self.kb.embedder
+        if embedder is None:
+            self.report(Stage.EMBEDDING, total, total)
+            return [None] * total
+        blobs: list[bytes | None] = []
+        for start in range(0, total, embedder.batch_size):
+            batch = [
+                contextual_text(chunk.context, chunk.text)
+                for chunk in chunks[start : start + embedder.batch_size]
+            ]
+            try:
+                vectors = embedder.embed(batch)
+            except ProviderUnavailable as error:
+                raise TaskFailure(ErrorCode.PROVIDER_UNAVAILABLE, error_detail(error)) from error
+            except ProviderRejected as error:
+                raise TaskFailure(ErrorCode.INTERNAL_ERROR, error_detail(error)) from error
+            blobs.extend(to_blob(vector) for vector in vectors)
+            self.report(Stage.EMBEDDING, len(blobs), total)
+            self.dim = len(vectors[0])
+        self.model = embedder.model
+        return blobs
+
+    def index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> list[dict[str, Any]]:
+        """The chunk rows (text, words for the lexical index, vector). Every batch but
+        the last goes to the sink here; the last (at most a batch, so a small document
+        costs one transaction) is returned, for the completion."""
+        total = len(chunks)
+        batch = self.sink.batch
+        self.report(Stage.INDEXING, 0, total)
+        self.sink.purge_chunks()  # what an earlier attempt at this task left, if any
+        last = (total - 1) // batch * batch
+        for start in range(0, last, batch):
+            rows = self._rows(chunks, vectors, start, batch)
+            done = start + len(rows)
+            self.sink.store_chunks(rows, done, total)
+            self.report(Stage.INDEXING, done, total)
+        rows = self._rows(chunks, vectors, last, batch)
+        self.report(Stage.INDEXING, total, total)
+        return rows
+
+    def _rows(
+        self, chunks: list[ChunkText], vectors: list[bytes | None], start: int, batch: int
+    ) -> list[dict[str, Any]]:
+        end = start + batch
+        return [
+            self._row(chunk, vector)
+            for chunk, vector in zip(chunks[start:end], vectors[start:end], strict=True)
+        ]
+
+    def _row(self, chunk: ChunkText, vector: bytes | None) -> dict[str, Any]:
+        terms = index_terms(contextual_text(chunk.context, chunk.text))
+        return {
+            "chunk_index": chunk.index,
+            "text": chunk.text,
+            "page": chunk.page,
+            "heading": chunk.heading and chunk.heading[:500],
+            "context": chunk.context or None,
+            "terms": terms,
+            "term_count": count_words(terms),
+            "embedding": vector,
+            "embedding_model": vector and self.model,
+            "embedding_dim": vector and self.dim,
+        }
