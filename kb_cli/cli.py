@@ -453,9 +453,10 @@ def retry(
     if error_code and not all_failed:
         raise UsageError("--error-code only applies with --all-failed")
     kb = _open(ctx, RETRY, entity_id)
-    records = (
-        tasks.retry_all_failed(kb, error_code) if all_failed else [tasks.retry_task(kb, entity_id)]
-    )
+    if entity_id is None:
+        records = tasks.retry_all_failed(kb, error_code)
+    else:
+        records = [tasks.retry_task(kb, entity_id)]
     console.print_records(records, json_out)
 
 
@@ -565,6 +566,7 @@ def work(
         poll_seconds=poll_seconds,
     )
     fancy = not json_out and console.is_fancy(sys.stderr)
+    listener: console.LiveWorkerDisplay | console.PlainWorkerLog
     if fancy:
         listener = console.LiveWorkerDisplay(options.worker_id, loop=loop)
     else:

@@ -12,9 +12,13 @@ import sys
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kb_cli.lifecycle import Stage
+
+if TYPE_CHECKING:  # rich is loaded only when a terminal shows something
+    from rich.live import Live
+    from rich.progress import TaskID
 from kb_cli.records import AuditRecord, DocumentRecord, SearchHit, TaskRecord
 
 STAGES = list(Stage)
@@ -428,7 +432,7 @@ def _count(stage: str, done: int, total: int) -> str:
     return f"{done}/{total}" if total else ""
 
 
-def _size(size: int) -> str:
+def _size(size: float) -> str:
     for unit in ("B", "KB", "MB"):
         if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
@@ -567,7 +571,7 @@ class LiveStages:
         self.live = Live(
             self.progress, console=self.console, refresh_per_second=10, transient=False
         )
-        self.bars: dict[str, int] = {}
+        self.bars: dict[str, TaskID] = {}
         self.started: dict[str, float] = {}
 
     def start(self, header: str) -> None:
@@ -650,7 +654,7 @@ class LiveWorkerDisplay(PlainWorkerLog):
         self.console = Console(stderr=True, highlight=False)
         self.loop = loop
         self.live: LiveStages | None = None
-        self.idle = None  # rich.live.Live of the waiting line
+        self.idle: Live | None = None  # the waiting line
         self.idle_since: datetime | None = None
         self.done = 0
         self.last: str | None = None
@@ -786,19 +790,22 @@ class LiveWait(WaitHint):
         self.live.start(f"[bold]waiting[/bold] for {_task_title(task, filename)}")
 
     def __call__(self, task: TaskRecord) -> None:
+        live = self.live
+        if live is None:  # not started
+            return
         if self.attempt is not None and task.attempt != self.attempt:
-            self.live.reset()
+            live.reset()
         self.attempt = task.attempt
         seconds = self.unclaimed_for(task)
         if seconds >= NO_WORKER_HINT_SECONDS and not self._said:
             self._said = True
-            self.live.print(f"[yellow]{NO_WORKER_HINT.format(seconds=seconds)}[/yellow]")
+            live.print(f"[yellow]{NO_WORKER_HINT.format(seconds=seconds)}[/yellow]")
         if task.status in ("queued", "cancelled") and not task.total:
             return
-        if task.stage != Stage.DOWNLOAD and Stage.DOWNLOAD not in self.live.bars:
+        if task.stage != Stage.DOWNLOAD and Stage.DOWNLOAD not in live.bars:
             size = self.download_size
-            self.live.update(Stage.DOWNLOAD, size, size)
-        self.live.update(task.stage, task.completed, task.total, failed=task.status == "failed")
+            live.update(Stage.DOWNLOAD, size, size)
+        live.update(task.stage, task.completed, task.total, failed=task.status == "failed")
 
     def close(self, task: TaskRecord | None = None) -> None:
         if self.live is None:

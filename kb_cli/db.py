@@ -27,6 +27,7 @@ from kb_cli.errors import (
     StorageUnavailable,
     UsageError,
 )
+from kb_cli.records import Row
 
 
 def utcnow() -> str:
@@ -57,10 +58,10 @@ class Result:
     def rowcount(self) -> int:
         return self._cursor.rowcount
 
-    def first(self) -> Any:
+    def first(self) -> Row | None:
         return self._cursor.fetchone()
 
-    def all(self) -> list[Any]:
+    def all(self) -> list[Row]:
         return self._cursor.fetchall()
 
     def scalar(self) -> Any:
@@ -70,7 +71,7 @@ class Result:
     def scalars(self) -> list[Any]:
         return [row[0] for row in self._cursor.fetchall()]
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Row]:
         return iter(self._cursor)
 
 
@@ -79,7 +80,7 @@ class Connection:
 
     __slots__ = ("engine", "raw")
 
-    def __init__(self, raw: Any, engine: Any) -> None:
+    def __init__(self, raw: Any, engine: engines.Engine) -> None:
         self.raw = raw
         self.engine = engine
 
@@ -261,7 +262,7 @@ class Database:
         except exc.DBAPIError as error:
             # Same verdicts as for kb's own statements, judged on the driver's error.
             with self._translate_errors():
-                raise error.orig from error
+                raise (error.orig or error) from error
         finally:
             engine.dispose()
         return before, migrations.HEAD

@@ -17,9 +17,10 @@ from typing import Any
 
 from kb_cli.db import Connection
 from kb_cli.engines import escape_like
+from kb_cli.errors import NotFoundError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
 from kb_cli.permissions import Scope
-from kb_cli.records import LISTING_COLUMNS
+from kb_cli.records import LISTING_COLUMNS, Row
 
 MIN_PREFIX = 6
 DOCUMENTS, TASKS, CHUNKS = "documents", "ingestion_tasks", "chunks"
@@ -70,16 +71,32 @@ _GET_DOCUMENT = f"SELECT * FROM {DOCUMENTS} WHERE id = :id"
 _GET_TASK = f"SELECT * FROM {TASKS} WHERE id = :id"
 
 
-def get_document(conn: Connection, document_id: str, lock: bool = False) -> Any:
+def get_document(conn: Connection, document_id: str, lock: bool = False) -> Row | None:
     """With `lock`, PostgreSQL keeps the row locked until commit, so a guarded update in
     the same transaction never finds it changed (SQLite: BEGIN IMMEDIATE does that)."""
     sql = _GET_DOCUMENT + conn.engine.LOCK_ROW if lock else _GET_DOCUMENT
     return conn.execute(sql, {"id": document_id}).first()
 
 
-def get_task(conn: Connection, task_id: str, lock: bool = False) -> Any:
+def get_task(conn: Connection, task_id: str, lock: bool = False) -> Row | None:
     sql = _GET_TASK + conn.engine.LOCK_ROW if lock else _GET_TASK
     return conn.execute(sql, {"id": task_id}).first()
+
+
+def existing_document(conn: Connection, document_id: str, lock: bool = False) -> Row:
+    """A document this transaction already found (its id was just resolved)."""
+    return _existing(get_document(conn, document_id, lock), "document", document_id)
+
+
+def existing_task(conn: Connection, task_id: str, lock: bool = False) -> Row:
+    """A task this transaction already found (its id was just resolved)."""
+    return _existing(get_task(conn, task_id, lock), "task", task_id)
+
+
+def _existing(row: Row | None, noun: str, entity_id: str) -> Row:
+    if row is None:  # deleted by another transaction since the caller's read
+        raise NotFoundError(f"no {noun} with id {entity_id!r}")
+    return row
 
 
 def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[str]:
@@ -218,11 +235,11 @@ def document_count(conn: Connection) -> int:
     return conn.execute(f"SELECT count(*) FROM {DOCUMENTS}").scalar()
 
 
-def get_user(conn: Connection, name: str) -> Any:
+def get_user(conn: Connection, name: str) -> Row | None:
     return conn.execute(f"SELECT * FROM {USERS} WHERE name = :name", {"name": name}).first()
 
 
-def get_user_by_token_id(conn: Connection, token_id: str) -> Any:
+def get_user_by_token_id(conn: Connection, token_id: str) -> Row | None:
     sql = f"SELECT * FROM {USERS} WHERE token_id = :token_id"
     return conn.execute(sql, {"token_id": token_id}).first()
 
@@ -293,7 +310,9 @@ def insert_grant(conn: Connection, base: str, user: str) -> bool:
     return conn.execute(sql, {"base": base, "user": user}).rowcount == 1
 
 
-def move_to_base(conn: Connection, document_id: str, from_base: str, to_base: str, at: str) -> Any:
+def move_to_base(
+    conn: Connection, document_id: str, from_base: str, to_base: str, at: str
+) -> Row | None:
     """Guarded on the base it was read with: None when it moved meanwhile."""
     sql = (
         f"UPDATE {DOCUMENTS} SET base = :to_base, version = version + 1, updated_at = :at"
@@ -328,7 +347,8 @@ def dangling_base_access(conn: Connection) -> list[Any]:
 
 def object_keys(conn: Connection) -> dict[str, str]:
     """Every stored object a document refers to: object key -> document id."""
-    return dict(conn.execute(f"SELECT object_key, id FROM {DOCUMENTS}").all())
+    rows = conn.execute(f"SELECT object_key, id FROM {DOCUMENTS}").all()
+    return {row.object_key: row.id for row in rows}
 
 
 def all_documents(conn: Connection) -> list[Any]:
@@ -390,7 +410,7 @@ def _statuses(kinds: Iterable[StrEnum]) -> tuple[str, ...]:
     return tuple(kind.value for kind in kinds)
 
 
-def _first_changed(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+def _first_changed(conn: Connection, sql: str, params: dict[str, Any]) -> Row | None:
     rows = conn.execute(sql, params).all()  # all(): SQLite finishes the statement
     return rows[0] if rows else None
 
@@ -402,7 +422,7 @@ def update_document(
     *,
     if_version: int | None = None,
     **values: Any,
-) -> Any:
+) -> Row | None:
     """Change a document row if its status (and version) still match; bumps `version`.
 
     The keyword arguments become the SET clause. Returns the new row, or None.
@@ -422,7 +442,7 @@ def update_task(
     *,
     fence: tuple[str, int] | None = None,
     **values: Any,
-) -> Any:
+) -> Row | None:
     """Change a task row if its status still matches and, for a worker, its claim.
 
     `fence` is (worker_id, attempt): a worker's write lands only while the task is
@@ -453,13 +473,13 @@ _NEXT_CLAIMABLE = _CLAIMABLE + " ORDER BY created_at, id LIMIT 1"
 _CLAIMABLE_TASK = _CLAIMABLE + " AND id = :id"
 
 
-def next_claimable_task(conn: Connection, now: str) -> Any:
+def next_claimable_task(conn: Connection, now: str) -> Row | None:
     """The oldest claimable task; on PostgreSQL its row stays locked until commit, and
     rows other claimers hold are skipped."""
     return conn.execute(_NEXT_CLAIMABLE + conn.engine.SKIP_LOCKED, {"now": now}).first()
 
 
-def claimable_task(conn: Connection, task_id: str, now: str) -> Any:
+def claimable_task(conn: Connection, task_id: str, now: str) -> Row | None:
     """The named task if it is claimable; on PostgreSQL its row stays locked until the
     claim commits, so nobody finishes, renews or reclaims it in between."""
     return conn.execute(_CLAIMABLE_TASK + conn.engine.LOCK_ROW, {"id": task_id, "now": now}).first()

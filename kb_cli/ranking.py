@@ -124,7 +124,8 @@ def spread(hits: list[Hit], document_of: Callable[[int], Hashable], first_hits: 
     """The hits in order, except that a document's hits after its first `first_hits`
     move behind every other document's: the top of a result shows several documents."""
     counts: dict[Hashable, int] = defaultdict(int)
-    first, later = [], []
+    first: list[Hit] = []
+    later: list[Hit] = []
     for hit in hits:
         document = document_of(hit[0])
         counts[document] += 1

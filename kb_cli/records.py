@@ -7,9 +7,15 @@ Plain (not frozen) dataclasses: a frozen one sets each field through
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-Row = Any  # a database row with attribute access (see kb_cli.db)
+
+class Row(Protocol):
+    """A database row with attribute access (`row.status`): a named tuple on both
+    engines (kb_cli.engines), its columns known only at run time."""
+
+    def __getattr__(self, name: str) -> Any: ...
+    def __getitem__(self, index: int) -> Any: ...
 
 
 @dataclass
@@ -78,7 +84,8 @@ class DocumentRecord:
         (all NULL when it has none)."""
         split = len(DOCUMENT_COLUMNS)
         task = TaskRecord(*values[split:]) if values[split] is not None else None
-        return cls(*values[:split], task)
+        # Positional for speed: LISTING_COLUMNS start with exactly the document's fields.
+        return cls(*values[:split], task)  # type: ignore[call-arg]
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)

@@ -155,7 +155,7 @@ def storage_message(what: str, error: OSError) -> str:
         errno.EROFS: "remount it read-write, then run again",
         errno.EACCES: "give kb's user write permission there",
         errno.EPERM: "give kb's user write permission there",
-    }.get(error.errno, "check the disk, then run again")
+    }.get(error.errno or 0, "check the disk, then run again")
     return f"cannot write to {what}: {reason}; {advice}"
 
 

@@ -20,7 +20,7 @@ from kb_cli.lifecycle import (
 )
 
 # Where a new run of a task starts: no progress, no error, no pending retry.
-FRESH_RUN = {
+FRESH_RUN: dict[str, Any] = {
     "stage": Stage.DOWNLOAD,
     "completed": 0,
     "total": 0,

@@ -32,9 +32,11 @@ class Embedder(Protocol):
         ...
 
     batch_size: int
+
     # How much this model's ranking counts beside the words ranking in hybrid search,
     # by the query's script (textsearch.script_of): 1.0 is plain Reciprocal Rank Fusion.
-    fusion_weight: dict[str, float]
+    @property
+    def fusion_weight(self) -> dict[str, float]: ...
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Passages: a float32 array of shape (len(texts), dim), each row of length 1."""

@@ -1,22 +1,69 @@
 """What differs between database engines lives here, one small module per engine.
 
-Each module offers the DB-API side (`connect`, `begin`, `commit`, `rollback`,
-`execute`, `executemany`, `Error`, `is_lock_error`, `is_connection_error`,
-`connect_error_message`, and `storage_message` / `problem_message`, which name a
-full or read-only disk and a damaged database), the row-lock clauses `LOCK_ROW` and
-`SKIP_LOCKED`, the schema side (`sqlalchemy_engine`, `lock_for_migration`,
-`VERSION_TABLE_EXISTS`) and `lexical_ranking(...)`, BM25 over the caller's scope.
-Statements are written once, with `:name` parameters, for both engines.
+Each engine module satisfies the `Engine` protocol below: the DB-API side
+(connecting, transactions, statements and the verdicts on a driver's errors), the
+row-lock clauses, the schema side, and BM25 over the caller's scope. Statements are
+written once, with `:name` parameters, for both engines.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection as SAConnection
+    from sqlalchemy import Engine as SAEngine
+
+    from kb_cli.ranking import Scored
 
 SCHEMA_VERSION = "SELECT version_num FROM kb_schema_version"
 
 
-def for_url(url: str) -> ModuleType:
+class Engine(Protocol):
+    """One database engine. `raw` is the driver's own connection (sqlite3, psycopg)."""
+
+    @property
+    def Error(self) -> type[Exception]:
+        """The driver's base error class."""
+
+    LOCK_ROW: str  # appended to a SELECT that locks the row it reads
+    SKIP_LOCKED: str  # the same, skipping rows another transaction holds
+    COUNT_TABLES: str
+    VERSION_TABLE_EXISTS: str
+
+    def connect(self, url: str, busy_timeout_seconds: float) -> Any: ...
+    def begin(self, raw: Any, write: bool) -> None: ...
+    def commit(self, raw: Any) -> None: ...
+    def rollback(self, raw: Any) -> None: ...
+    def is_clean(self, raw: Any) -> bool: ...
+    def shrink_log(self, raw: Any) -> None: ...
+    def execute(self, raw: Any, sql: str, params: Mapping[str, Any]) -> Any: ...
+    def executemany(self, raw: Any, sql: str, rows: Iterable[Mapping[str, Any]]) -> Any: ...
+    def is_lock_error(self, error: BaseException) -> bool: ...
+    def is_connection_error(self, error: BaseException) -> bool: ...
+    def connect_error_message(self, error: BaseException, url: str) -> str: ...
+    def storage_message(self, error: BaseException) -> str | None:
+        """What to say about a full or read-only disk, or None."""
+
+    def problem_message(self, error: BaseException) -> str | None:
+        """What to say about a damaged database, or None."""
+
+    def sqlalchemy_engine(self, url: str, busy_timeout_seconds: float) -> SAEngine: ...
+    def lock_for_migration(self, conn: SAConnection) -> None: ...
+    def caseless_like(self, column: str, parameter: str) -> str: ...
+    def lexical_ranking(
+        self,
+        conn: Any,
+        terms: list[str],
+        phrases: list[str],
+        limit: int,
+        scope: str,
+        scope_params: dict,
+    ) -> list[Scored]: ...
+
+
+def for_url(url: str) -> Engine:
     if url.startswith("sqlite"):
         from kb_cli.engines import sqlite
 

@@ -32,6 +32,9 @@ except ModuleNotFoundError:  # only without the `postgres` extra: connect() expl
 LOCK_ROW = " FOR UPDATE"
 SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 # to_regclass follows the search_path, as the queries that use the table do.
+COUNT_TABLES = (
+    "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
+)
 VERSION_TABLE_EXISTS = "SELECT to_regclass('kb_schema_version') IS NOT NULL"
 _MIGRATION_LOCK = 4_710_001  # any constant: one migrating process at a time
 

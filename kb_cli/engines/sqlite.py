@@ -149,7 +149,8 @@ def executemany(raw: sqlite3.Connection, sql: str, rows) -> sqlite3.Cursor:
 @functools.lru_cache(maxsize=512)
 def _row_maker(names: tuple[str, ...]):
     """Rows with attribute access (`row.status`), one tuple class per column list."""
-    make = namedtuple("Row", names, rename=True)._make
+    # A namedtuple made at run time: mypy knows it only as a tuple, not its _make.
+    make = namedtuple("Row", names, rename=True)._make  # type: ignore[attr-defined]
     return lambda _cursor, values: make(values)
 
 

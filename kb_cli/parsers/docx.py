@@ -30,13 +30,13 @@ def parse(path: Path, on_progress: ProgressCallback, budget: Budget) -> list[Blo
         raise ParseError(f"not a valid DOCX file: {error}") from error
     items = list(document.iter_inner_content())
     blocks: list[Block] = []
-    path = HeadingPath()
+    headings = HeadingPath()
     for done, item in enumerate(items, start=1):
         text, level = _text_of(item)
         if text:
             if level is not None:
-                path.enter(level, text)
-            blocks.append(path.block(budget.add(text)))
+                headings.enter(level, text)
+            blocks.append(headings.block(budget.add(text)))
         on_progress(done, len(items))
     if not items:
         on_progress(1, 1)
@@ -61,7 +61,7 @@ def _text_of(item) -> tuple[str, int | None]:
     from docx.text.paragraph import Paragraph
 
     if isinstance(item, Paragraph):
-        return item.text.strip(), _heading_level(item.style and item.style.name)
+        return item.text.strip(), _heading_level(item.style.name if item.style else None)
     rows = [" | ".join(cell.text.strip() for cell in row.cells) for row in item.rows]
     return "\n".join(row for row in rows if row.strip(" |")), None
 

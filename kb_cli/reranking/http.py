@@ -7,6 +7,7 @@ understood: {"results": [{"index", "relevance_score"}]} and TEI's
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kb_cli.errors import ProviderRejected
 from kb_cli.provider_http import Endpoint
@@ -31,7 +32,7 @@ class HttpReranker:
         if self.model_name:
             payload["model"] = self.model_name
         answer = self.endpoint.post(payload)
-        items = answer.get("results") if isinstance(answer, dict) else answer
+        items: Any = answer.get("results") if isinstance(answer, dict) else answer
         scores: dict[int, float] = {}
         try:
             for item in items:

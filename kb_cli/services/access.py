@@ -94,7 +94,7 @@ def _hidden_target(
                 entity = resolve_id(conn, EVERY_BASE, target, *_KINDS[acts_on])[1]
             except KbError:  # missing, or ambiguous only among rows the caller cannot see
                 raise error from None
-            base = queries.base_of(conn, entity)
+            base = queries.base_of(conn, entity) or "?"
         return entity, error, f"base {base} is not readable by {actor.name}"
 
 

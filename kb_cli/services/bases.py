@@ -88,7 +88,7 @@ def move_document(kb: Kb, document_ref: str, base: str) -> DocumentRecord:
     with kb.db.write() as conn:
         document_id = resolve_document_id(conn, kb.scope, document_ref)
         require_base(conn, kb.scope, base)
-        document = queries.get_document(conn, document_id, lock=True)
+        document = queries.existing_document(conn, document_id, lock=True)
         if document.base == base:
             raise ConflictError(f"document {document_id} is already in {base!r}")
         now = utcnow()

@@ -231,7 +231,7 @@ class _Demo:
     def _wait_until_running(self, task_id: str, timeout: float = 60.0) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            record = tasks.get_record(self.kb, task_id)
+            record = tasks.get_task(self.kb, task_id)
             if record.status == "running" and record.stage != "download":
                 return record.stage
             time.sleep(0.05)
@@ -298,8 +298,8 @@ class _Demo:
     def _collect(self) -> None:
         with self.kb.db.read() as conn:
             for outcome in self.outcomes.values():
-                document = queries.get_document(conn, outcome.document_id)
-                task = queries.get_task(conn, document.latest_task_id)
+                document = queries.existing_document(conn, outcome.document_id)
+                task = queries.existing_task(conn, document.latest_task_id)
                 outcome.status, outcome.task_status = document.status, task.status
                 outcome.attempt, outcome.error_code = task.attempt, task.error_code
 

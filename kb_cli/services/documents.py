@@ -45,7 +45,7 @@ def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DE
             ]
             if submit:
                 task_ids = [_submit(conn, kb.actor.name, document_id) for document_id in ids]
-                return [TaskRecord.from_row(queries.get_task(conn, t)) for t in task_ids]
+                return [TaskRecord.from_row(queries.existing_task(conn, t)) for t in task_ids]
             return [document_record(conn, document_id) for document_id in ids]
     except BaseException:
         for obj in stored:
@@ -62,7 +62,7 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
     [obj] = _store_all(kb, [upload])
     try:
         with kb.db.write() as conn:
-            document = queries.get_document(conn, document_id, lock=True)
+            document = queries.existing_document(conn, document_id, lock=True)
             _require_status(document, REPLACEABLE, "replace")
             # A published document goes back to draft; draft and failed keep their status
             # so that `retry` reprocesses a failed document with its new file.
@@ -97,14 +97,14 @@ def submit_document(kb: Kb, document_ref: str) -> TaskRecord:
     with kb.db.write() as conn:
         document_id = resolve_document_id(conn, kb.scope, document_ref)
         task_id = _submit(conn, kb.actor.name, document_id)
-        return TaskRecord.from_row(queries.get_task(conn, task_id))
+        return TaskRecord.from_row(queries.existing_task(conn, task_id))
 
 
 def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -> DocumentRecord:
     """review_pending -> published: move the published revision pointer in one step."""
     with kb.db.write() as conn:
         document_id = resolve_document_id(conn, kb.scope, document_ref)
-        document = queries.get_document(conn, document_id, lock=True)
+        document = queries.existing_document(conn, document_id, lock=True)
         _require_status(document, PUBLISHABLE, "publish")
         if if_version is not None and if_version != document.version:
             raise ConflictError(
@@ -176,7 +176,9 @@ def _shown(path: Path | str) -> str:
 def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
     if kb.store.owner() is None:  # the first upload names this database as the owner
         with kb.db.read() as conn:
-            kb.store.claim(queries.database_id(conn))
+            database_id = queries.database_id(conn)
+        if database_id is not None:  # every schema since 0001 has one
+            kb.store.claim(database_id)
     stored: list[StoredObject] = []
     try:
         for upload in uploads:
@@ -225,7 +227,7 @@ def _insert_document(
 
 def _submit(conn: Connection, actor: str, document_id: str) -> str:
     """draft -> processing with a new queued task and its outbox event, in `conn`."""
-    document = queries.get_document(conn, document_id, lock=True)
+    document = queries.existing_document(conn, document_id, lock=True)
     _require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
     now = utcnow()

@@ -111,10 +111,10 @@ def _candidates(
     """The words ranking, the meaning ranking, or both fused. A meaning ranking that
     counts for nothing in the fusion (weight 0) is only asked when words found none."""
     weight = 0.0
-    if result.mode == "hybrid":
-        weight = kb.settings.vector_weight
-        if weight is None:
-            weight = kb.embedder.fusion_weight[script_of(text)]
+    embedder = kb.embedder
+    if result.mode == "hybrid" and embedder is not None:  # hybrid needs an embedder
+        configured = kb.settings.vector_weight
+        weight = embedder.fusion_weight[script_of(text)] if configured is None else configured
     lexical: list[Scored] = []
     if result.mode != "vector" and query.terms:
         lexical = queries.lexical_ranking(conn, query.terms, query.phrases, depth, scope)

@@ -6,7 +6,7 @@ import time
 from typing import Protocol
 
 from kb_cli import queries
-from kb_cli.app import Kb, resolve_id
+from kb_cli.app import Kb, resolve_id, resolve_task_id
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
@@ -30,8 +30,15 @@ def get_record(kb: Kb, ref: str) -> DocumentRecord | TaskRecord:
     with kb.db.read() as conn:
         kind, entity_id = resolve_id(conn, kb.scope, ref, "tasks", "documents")
         if kind == "tasks":
-            return TaskRecord.from_row(queries.get_task(conn, entity_id))
+            return TaskRecord.from_row(queries.existing_task(conn, entity_id))
         return document_record(conn, entity_id)
+
+
+def get_task(kb: Kb, ref: str) -> TaskRecord:
+    with kb.db.read() as conn:
+        return TaskRecord.from_row(
+            queries.existing_task(conn, resolve_task_id(conn, kb.scope, ref))
+        )
 
 
 class WaitWatcher(Protocol):
@@ -47,7 +54,7 @@ def wait_for_task(
     """Poll the database until the task (or the document's latest task) ends."""
     with kb.db.read() as conn:
         task_id = _task_id_for(conn, kb.scope, ref)
-        task = TaskRecord.from_row(queries.get_task(conn, task_id))
+        task = TaskRecord.from_row(queries.existing_task(conn, task_id))
         document = queries.get_document(conn, task.document_id)
     if watcher is not None:
         name, size = (document.filename, document.size_bytes) if document else ("?", 0)
@@ -55,7 +62,7 @@ def wait_for_task(
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         with kb.db.read() as conn:
-            record = TaskRecord.from_row(queries.get_task(conn, task_id))
+            record = TaskRecord.from_row(queries.existing_task(conn, task_id))
         if watcher is not None:
             watcher(record)
         if record.status in TERMINAL_TASK_STATUSES:
@@ -70,7 +77,7 @@ def cancel_task(kb: Kb, ref: str) -> TaskRecord:
     document id stands for its latest task."""
     with kb.db.write() as conn:
         task_id = _task_id_for(conn, kb.scope, ref)
-        task = queries.get_task(conn, task_id, lock=True)
+        task = queries.existing_task(conn, task_id, lock=True)
         if task.status not in CANCELLABLE:
             raise ConflictError(
                 f"cannot cancel task {task_id}: it is {task.status}; only queued, running "
@@ -103,7 +110,7 @@ def cancel_task(kb: Kb, ref: str) -> TaskRecord:
                 detail=f"task {task_id}",
                 updated_at=now,
             )
-        return TaskRecord.from_row(queries.get_task(conn, task_id))
+        return TaskRecord.from_row(queries.existing_task(conn, task_id))
 
 
 def retry_task(kb: Kb, ref: str) -> TaskRecord:
@@ -111,7 +118,7 @@ def retry_task(kb: Kb, ref: str) -> TaskRecord:
     with kb.db.write() as conn:
         task_id = _task_id_for(conn, kb.scope, ref)
         _requeue(conn, kb.actor.name, task_id)
-        return TaskRecord.from_row(queries.get_task(conn, task_id))
+        return TaskRecord.from_row(queries.existing_task(conn, task_id))
 
 
 def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
@@ -122,7 +129,7 @@ def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
                 _requeue(conn, kb.actor.name, task_id)
             except ConflictError:
                 continue  # e.g. an older failed task of a document that moved on
-            records.append(TaskRecord.from_row(queries.get_task(conn, task_id)))
+            records.append(TaskRecord.from_row(queries.existing_task(conn, task_id)))
         return records
 
 
@@ -131,15 +138,15 @@ def _task_id_for(conn: Connection, scope: Scope, ref: str) -> str:
     kind, entity_id = resolve_id(conn, scope, ref, "tasks", "documents")
     if kind == "tasks":
         return entity_id
-    document = queries.get_document(conn, entity_id)
+    document = queries.existing_document(conn, entity_id)
     if document.latest_task_id is None:
         raise ConflictError(f"document {entity_id} has no task yet; submit it first")
     return document.latest_task_id
 
 
 def _requeue(conn: Connection, actor: str, task_id: str) -> None:
-    task = queries.get_task(conn, task_id, lock=True)
-    document = queries.get_document(conn, task.document_id, lock=True)
+    task = queries.existing_task(conn, task_id, lock=True)
+    document = queries.existing_document(conn, task.document_id, lock=True)
     if document is None:
         raise ConflictError(f"cannot retry task {task_id}: its document no longer exists")
     if task.status not in RETRYABLE_TASK or document.status not in RETRYABLE_DOC:

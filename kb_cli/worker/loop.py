@@ -161,7 +161,7 @@ class Worker:
         final = claim.final_row
         if final is None:  # the claim was lost: someone else wrote the last state
             with self.kb.db.read() as conn:
-                final = queries.get_task(conn, task_id)
+                final = queries.existing_task(conn, task_id)
         record = TaskRecord.from_row(final)
         self.listener.finished(record)
         return record
