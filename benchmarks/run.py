@@ -460,13 +460,13 @@ from pypdf import PdfReader
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 from wordllama.inference import WordLlamaInference
-from kb_cli.embeddings.local import _TOKENIZER, _WEIGHTS, _package_dir
+from kb_cli.embeddings.local import TOKENIZER_FILE, WEIGHTS_FILE, package_dir
 text = "\\n".join(page.extract_text() for page in PdfReader(sys.argv[1]).pages)
 pieces = [text[i : i + 1000] for i in range(0, len(text), 850)]
-package = _package_dir()
+package = package_dir()
 model = WordLlamaInference(
-    load_file(package / _WEIGHTS)["embedding.weight"],
-    Tokenizer.from_file(str(package / _TOKENIZER)),
+    load_file(package / WEIGHTS_FILE)["embedding.weight"],
+    Tokenizer.from_file(str(package / TOKENIZER_FILE)),
 )
 for i in range(0, len(pieces), 64):
     model.embed(pieces[i : i + 64], norm=True)

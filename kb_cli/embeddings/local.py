@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 MODEL_NAME = "wordllama-l2_supercat-256"
-_WEIGHTS = "weights/l2_supercat_256.safetensors"
-_TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
+WEIGHTS_FILE = "weights/l2_supercat_256.safetensors"
+TOKENIZER_FILE = "tokenizers/l2_supercat_tokenizer_config.json"
 _TENSOR = "embedding.weight"
 
 
-def _package_dir() -> Path:
+def package_dir() -> Path:
     spec = importlib.util.find_spec("wordllama")  # finds it without importing it
     if spec is None or not spec.submodule_search_locations:
         raise ProviderRejected(
@@ -44,11 +44,11 @@ def _load() -> _Model:
     import numpy as np
     from tokenizers import Tokenizer
 
-    package = _package_dir()
-    tokenizer = Tokenizer.from_file(str(package / _TOKENIZER))
+    package = package_dir()
+    tokenizer = Tokenizer.from_file(str(package / TOKENIZER_FILE))
     tokenizer.no_padding()
     tokenizer.no_truncation()
-    weights = package / _WEIGHTS
+    weights = package / WEIGHTS_FILE
     with weights.open("rb") as file:
         (header_size,) = struct.unpack("<Q", file.read(8))
         entry = json.loads(file.read(header_size))[_TENSOR]

@@ -261,11 +261,11 @@ def lexical_ranking(
     `scope`, and nothing outside it: FTS5's own bm25() when the scope is every base,
     and the same formula over the index's postings when it is not."""
     if not scope:
-        return _ranked_by_the_index(conn, terms, phrases, limit)
-    return _ranked_in_scope(conn, terms, phrases, limit, scope, scope_params)
+        return ranked_by_the_index(conn, terms, phrases, limit)
+    return ranked_in_scope(conn, terms, phrases, limit, scope, scope_params)
 
 
-def _ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
+def ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
     """FTS5's bm25(), whose statistics cover the whole index."""
     params: dict[str, object] = {"match": _any_of(terms), "limit": limit}
     filters = candidate_filters(phrases, "", params, caseless_like)
@@ -286,7 +286,7 @@ def _any_of(terms: list[str]) -> str:
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
-def _ranked_in_scope(
+def ranked_in_scope(
     conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict
 ) -> list[Scored]:
     """ranking.bm25 over the index's postings of the chunks in `scope` only; about 4
