@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ON_POSTGRES, POSTGRES_ADMIN_URL, kb_env, run_kb, sqlite_only
+from tests.helpers import ON_POSTGRES, POSTGRES_ADMIN_URL, kb_env, run_kb, sqlite_only
 
 
 def no_traceback(result) -> None:

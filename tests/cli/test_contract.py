@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (
+from tests.docgen import make_encrypted_pdf, make_pdf
+from tests.helpers import (
     ON_POSTGRES,
     SAMPLES,
     STRIPPED,
@@ -36,7 +37,6 @@ from tests.conftest import (
     sqlite_only,
     start_kb,
 )
-from tests.docgen import make_encrypted_pdf, make_pdf
 
 # --- the contract's vocabulary ---------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kb_cli import console
-from tests.conftest import ON_POSTGRES
+from tests.helpers import ON_POSTGRES
 
 
 def upload(invoke, tmp_path, name="a.md", text="# Title\n\nSome words to index.\n", *flags):

@@ -16,8 +16,7 @@ from kb_cli.embeddings.local import _TOKENIZER, _WEIGHTS, LocalEmbedder, _packag
 from kb_cli.parsers import Block
 from kb_cli.ranking import best_per_document, fuse, top_similar
 from kb_cli.textsearch import index_terms, parse_query
-from tests.cli.test_review_gate import hits, ingest, publish
-from tests.conftest import SAMPLES, run_kb
+from tests.helpers import SAMPLES, hits, ingest, publish, run_kb
 from tests.loopback import JsonHandler, serving
 
 # --- words -----------------------------------------------------------------------------

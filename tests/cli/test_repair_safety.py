@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ON_POSTGRES, kb_env, run_kb, sqlite_only
+from tests.helpers import ON_POSTGRES, kb_env, run_kb, sqlite_only
 
 
 def upload(tmp_path: Path, name: str, env: dict | None = None) -> dict:

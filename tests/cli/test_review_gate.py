@@ -6,27 +6,9 @@ import json
 
 import pytest
 
-from tests.conftest import db_rows, kb_env, run_kb, start_kb
+from tests.helpers import db_rows, hits, ingest, kb_env, publish, run_kb, start_kb
 
 CHINESE = "知识库入库流程很重要。文档上传后成为草稿，审核人员发布之后才能被检索到。"
-
-
-def ingest(invoke, tmp_path, name: str, text: str, token: str | None = None) -> dict:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    task = invoke("upload", str(path), "--submit", "--json", token=token).record
-    assert invoke("work", "--json", token=token).code == 0
-    return task
-
-
-def publish(invoke, document_id: str, token: str | None = None) -> None:
-    assert invoke("publish", document_id, "--json", token=token).code == 0
-
-
-def hits(invoke, query: str) -> list[dict]:
-    result = invoke("search", query, "--json")
-    assert result.code == 0, result.stderr
-    return result.records
 
 
 # --- search -------------------------------------------------------------------------

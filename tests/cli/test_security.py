@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from tests.conftest import db_rows, kb_env, run_kb, start_kb
-from tests.processes.test_display import ANSI, run_in_terminal
+from tests.helpers import db_rows, kb_env, run_kb, start_kb
+from tests.terminal import ANSI, run_in_terminal
 
 LONG_ID = "a" * 60_000
 

@@ -13,7 +13,7 @@ import pytest
 from kb_cli.config import resolve_settings
 from kb_cli.services import doctor, documents
 from kb_cli.services.context import Kb
-from tests.conftest import ON_POSTGRES, db_rows, run_kb, start_kb, write_lock_held
+from tests.helpers import ON_POSTGRES, db_rows, run_kb, start_kb, write_lock_held
 
 STAGES = ["download", "parse", "embedding", "indexing", "finalizing"]
 

@@ -15,7 +15,8 @@ import pytest
 from pypdf import PdfReader, PdfWriter
 
 from kb_cli.parsers import ParseError, parse
-from tests.conftest import (
+from tests.docgen import make_pdf
+from tests.helpers import (
     db_rows,
     kb_env,
     run_kb,
@@ -23,7 +24,6 @@ from tests.conftest import (
     start_kb,
     write_lock_held,
 )
-from tests.docgen import make_pdf
 
 PDF = "application/pdf"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from tests.conftest import run_kb, start_kb
-from tests.processes.test_display import ANSI, run_in_terminal
+from tests.helpers import run_kb, start_kb
+from tests.terminal import ANSI, run_in_terminal
 
 WIDTHS = (80, 200)
 LONG_NAME = "Quarterly report for the board of directors, final version 2026.md"

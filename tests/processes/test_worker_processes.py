@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from tests.conftest import db_rows, kb_env, run_kb, start_kb, write_lock_held
+from tests.helpers import db_rows, kb_env, run_kb, start_kb, write_lock_held
 
 
 def upload(tmp_path, count: int, prefix: str = "doc") -> list[dict]:

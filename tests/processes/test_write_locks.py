@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import db_rows, kb_env, run_kb, start_kb
+from tests.helpers import db_rows, kb_env, run_kb, start_kb
 
 SECTIONS = 20_000  # one chunk each; the 300,000 is the benchmark's size
 

@@ -17,8 +17,8 @@ import pytest
 
 from kb_cli.chunking import chunk_blocks
 from kb_cli.parsers import Block, ParseLimits, parse
-from tests.conftest import db_rows, kb_env, run_kb, start_kb
 from tests.docgen import make_pdf, raw_pdf
+from tests.helpers import db_rows, kb_env, run_kb, start_kb
 
 PDF = "application/pdf"
 BACKENDS = ["pypdf", "pdfium"]

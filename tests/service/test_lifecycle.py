@@ -14,8 +14,8 @@ from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.services import documents as docs
 from kb_cli.services import tasks
 from kb_cli.worker import Worker, WorkerOptions
-from tests.conftest import sqlite_only
 from tests.docgen import make_pdf
+from tests.helpers import sqlite_only
 
 
 def write(tmp_path: Path, name: str, content: str | bytes = "Some text about retention.") -> Path:

@@ -2,39 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
-
 from kb_cli import migrations
 from kb_cli.config import resolve_settings
 from kb_cli.db import Database
-from tests.conftest import ON_POSTGRES, run_kb
-
-NOW = "2026-01-01T00:00:00.000000Z"
-
-
-def first_revision_database() -> Database:
-    """A database as the first schema revision left it, with one published document."""
-    settings = resolve_settings()
-    settings.home.mkdir(parents=True, exist_ok=True)
-    database = Database(settings.database_url, settings.busy_timeout_seconds)
-    engine = database.engine.sqlalchemy_engine(settings.database_url, 5.0)
-    with engine.begin() as conn:  # Alembic runs on SQLAlchemy, as `Database.upgrade` does
-        migrations.upgrade(conn, "0001")
-        conn.execute(
-            text(
-                "INSERT INTO documents VALUES ('d0000000-0000-0000-0000-000000000001', 'old.txt', "
-                "'text/plain', 5, :sha, 'k', 'published', 4, 1, 1, NULL, :now, :now)"
-            ),
-            {"sha": "0" * 64, "now": NOW},
-        )
-        conn.execute(
-            text(
-                "INSERT INTO chunks (document_id, revision, chunk_index, task_id, text) VALUES "
-                "('d0000000-0000-0000-0000-000000000001', 1, 0, 't', 'legacy wombat notes')"
-            )
-        )
-    engine.dispose()
-    return database
+from tests.helpers import ON_POSTGRES, first_revision_database, run_kb
 
 
 def test_a_first_revision_database_is_upgraded():

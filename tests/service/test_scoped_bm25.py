@@ -7,7 +7,7 @@ import pytest
 
 from kb_cli.engines import sqlite
 from kb_cli.ranking import Corpus, best_scored, bm25
-from tests.conftest import sqlite_only
+from tests.helpers import sqlite_only
 
 CHUNK_TEXTS = [
     "Running the retention policy deletes invoices after seven years.",
