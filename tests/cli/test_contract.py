@@ -36,6 +36,7 @@ from tests.helpers import (
     run_in_process,
     sqlite_only,
     start_kb,
+    wait_until,
 )
 
 # --- the contract's vocabulary ---------------------------------------------------------
@@ -772,11 +773,14 @@ def test_cancel_running_task_stops_the_worker():
         target=lambda: stderr_lines.extend(iter(worker.stderr.readline, "")), daemon=True
     )
     reader.start()
-    deadline = time.monotonic() + 20
-    while not any("claimed task=" in line for line in stderr_lines):
+
+    def claim_logged() -> bool:
+        if any("claimed task=" in line for line in stderr_lines):
+            return True
         assert worker.poll() is None, f"worker exited early: {stderr_lines}"
-        assert time.monotonic() < deadline, "worker never logged its claim"
-        time.sleep(0.05)
+        return False
+
+    wait_until(claim_logged, timeout=20, message="worker never logged its claim")
 
     [running] = kb_json("status", task["task_id"])
     assert (running["status"], running["worker_id"], running["attempt"]) == ("running", "w-slow", 1)

@@ -22,6 +22,7 @@ from tests.helpers import (
     run_kb,
     sqlite_only,
     start_kb,
+    wait_until,
     write_lock_held,
 )
 
@@ -104,12 +105,14 @@ def test_an_object_that_vanishes_after_the_download_is_an_object_read_error(tmp_
     task = run_kb("upload", str(path), "--submit", "--json").record
     env = kb_env(KB_EMBEDDINGS="none")
     worker = start_kb("work", "--json", "--stage-delay", "0.6", "--backoff-seconds", "30", env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def at_the_parse() -> bool:
         [row] = db_rows("SELECT stage FROM ingestion_tasks WHERE id = :id", id=task["task_id"])
-        if row["stage"] == "parse":
-            break
-        time.sleep(0.02)
+        return row["stage"] == "parse"
+
+    wait_until(
+        at_the_parse, timeout=30, interval=0.02, message="the worker never reached the parse"
+    )
     for stored in (kb_home / "objects").rglob("*"):
         if stored.is_file():
             stored.unlink()  # after the download checked it, before the parser opens it

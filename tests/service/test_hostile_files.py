@@ -18,7 +18,7 @@ import pytest
 from kb_cli.chunking import chunk_blocks
 from kb_cli.parsers import Block, ParseLimits, parse
 from tests.docgen import make_pdf, raw_pdf
-from tests.helpers import db_rows, kb_env, run_kb, start_kb
+from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until
 
 PDF = "application/pdf"
 BACKENDS = ["pypdf", "pdfium"]
@@ -171,14 +171,13 @@ def test_the_chunker_is_linear_on_unpunctuated_text():
 
 
 def wait_for_parse(task_id: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def at_the_parse() -> bool:
         [row] = db_rows("SELECT status, stage FROM ingestion_tasks WHERE id = :id", id=task_id)
-        if row["status"] == "running" and row["stage"] == "parse":
-            time.sleep(0.5)  # inside the parse by now
-            return
-        time.sleep(0.05)
-    raise AssertionError("the worker never reached the parse")
+        return row["status"] == "running" and row["stage"] == "parse"
+
+    wait_until(at_the_parse, timeout=30, message="the worker never reached the parse")
+    time.sleep(0.5)  # inside the parse by now
 
 
 @pytest.mark.slow
