@@ -396,3 +396,39 @@ def check_error(result: Result, exit: int, code: str) -> dict:
     assert error["error"] == code, error
     assert result.stdout.strip() == "", f"failed command printed records: {result.stdout}"
     return error
+
+
+def kb_checked(
+    *args: str | Path, expect: int | None = 0, env: dict[str, str] | None = None
+) -> Result:
+    """`kb` in this process, its output checked as every invocation's must be, its exit
+    code `expect` (unless None)."""
+    argv = tuple(str(a) for a in args)
+    result = run_in_process(*argv, env=env)
+    check_output_hygiene(argv, result)
+    if expect is not None:
+        assert result.code == expect, (
+            f"kb {' '.join(argv)} -> exit {result.code}, expected {expect}\n"
+            f"stdout: {result.stdout}\nstderr: {result.stderr}"
+        )
+    return result
+
+
+def kb_json(*args: str | Path, env: dict[str, str] | None = None) -> list[dict]:
+    """The records of a command that must succeed, run with --json."""
+    return kb_checked(*args, "--json", env=env).records
+
+
+def doc_of(task: dict, env: dict[str, str] | None = None) -> dict:
+    """The document record of a task's document, checked as one."""
+    [record] = kb_json("status", task["document_id"], env=env)
+    assert_doc_record(record)
+    return record
+
+
+def finish(proc: subprocess.Popen, args: tuple = (), timeout: float = 60) -> Result:
+    """The result of a started `kb` (start_kb), its output checked as kb_checked's."""
+    out, err = proc.communicate(timeout=timeout)
+    result = Result(proc.returncode, out, err)
+    check_output_hygiene(tuple(str(a) for a in args), result)
+    return result
