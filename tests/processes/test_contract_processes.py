@@ -14,7 +14,6 @@ from pathlib import Path
 from tests.helpers import (
     SAMPLES,
     Result,
-    assert_doc_record,
     assert_task_record,
     assert_work_line,
     check_output_hygiene,
@@ -98,12 +97,9 @@ def test_status_wait_blocks_until_the_task_ends():
     assert_task_record(record)
     assert (record["task_id"], record["status"]) == (task["task_id"], "succeeded")
     [record] = doc_result.records
-    # with a document id: the document record (or its latest task), once it has ended
-    latest = record["latest_task"] if "filename" in record else record
-    assert (latest["task_id"], latest["status"]) == (task["task_id"], "succeeded")
-    if "filename" in record:
-        assert_doc_record(record)
-        assert record["status"] == "review_pending"
+    # with a document id: the task record of the document's latest task, once it has ended
+    assert_task_record(record)
+    assert (record["task_id"], record["status"]) == (task["task_id"], "succeeded")
 
     # an already finished task returns at once
     [again] = kb_json("status", task["task_id"][:8], "--wait", "--timeout", "5")
