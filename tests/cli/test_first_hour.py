@@ -165,6 +165,31 @@ def test_every_group_has_an_example(invoke, group):
     assert result.code == 0 and "Example" in result.stdout
 
 
+COMMANDS = [
+    "upload",
+    "submit",
+    "status",
+    "cancel",
+    "retry",
+    "work",
+    "publish",
+    "search",
+    "eval",
+    "reindex",
+    "history",
+    "doctor",
+    "demo",
+    "user add",
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example(invoke, command):
+    result = invoke(*command.split(), "--help")
+    assert result.code == 0
+    assert "Example" in result.stdout and "Usage" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("command", "usage"),
     [

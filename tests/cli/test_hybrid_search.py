@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,7 +14,7 @@ from kb_cli.embeddings.local import _TOKENIZER, _WEIGHTS, LocalEmbedder, _packag
 from kb_cli.parsers import Block
 from kb_cli.ranking import best_per_document, fuse, top_similar
 from kb_cli.textsearch import index_terms, parse_query
-from tests.helpers import SAMPLES, hits, ingest, publish, run_kb
+from tests.helpers import SAMPLES, hits, ingest, publish
 from tests.loopback import JsonHandler, serving
 
 # --- words -----------------------------------------------------------------------------
@@ -336,19 +334,3 @@ def test_reindex_is_for_admins(invoke):
         ).code
         == 0
     )
-
-
-@pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--json"]])
-def test_help_and_status_import_no_model(args):
-    """numpy, the tokenizer, jieba and the parsers load only where they are used."""
-    assert run_kb("db", "upgrade").code == 0  # the schema exists (creating it loads SQLAlchemy)
-    code = (
-        "import sys\nfrom kb_cli.cli import main\n"
-        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy'}\n"
-        "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
-    )
-    assert done.stderr.strip().splitlines()[-1] == "[]"

@@ -1,4 +1,4 @@
-"""What people see: live progress on a terminal, clean lines in pipes, the demo, help."""
+"""What people see: live progress on a terminal, clean lines in pipes, the demo."""
 
 from __future__ import annotations
 
@@ -120,28 +120,3 @@ def test_demo_json_is_json_lines_with_a_summary():
     assert {row["filename"] for row in summary} >= {"damaged.pdf", "faq.txt"}
     races = [record for record in records if record["step"] == "race"]
     assert all(record["winner"] != record["loser"] for record in races)
-
-
-COMMANDS = [
-    "upload",
-    "submit",
-    "status",
-    "cancel",
-    "retry",
-    "work",
-    "publish",
-    "search",
-    "eval",
-    "reindex",
-    "history",
-    "doctor",
-    "demo",
-    "user add",
-]
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help_with_an_example(command):
-    result = run_kb(*command.split(), "--help")
-    assert result.code == 0
-    assert "Example" in result.stdout and "Usage" in result.stdout
