@@ -5,7 +5,7 @@ from __future__ import annotations
 from kb_cli import migrations
 from kb_cli.config import resolve_settings
 from kb_cli.db import Database
-from tests.helpers import ON_POSTGRES, first_revision_database, run_kb
+from tests.helpers import ON_POSTGRES, first_revision_database, run_in_process
 
 
 def test_a_first_revision_database_is_upgraded():
@@ -13,27 +13,27 @@ def test_a_first_revision_database_is_upgraded():
     with database.read() as conn:
         assert database.schema_version(conn) == "0001"
     if ON_POSTGRES:  # shared servers are upgraded on purpose, never as a side effect
-        refused = run_kb("search", "wombat", "--json")
+        refused = run_in_process("search", "wombat", "--json")
         assert refused.code == 1 and "kb db upgrade" in refused.error["message"]
-        upgraded = run_kb("db", "upgrade", "--json")
+        upgraded = run_in_process("db", "upgrade", "--json")
         assert upgraded.code == 0
         assert upgraded.record == {"from_revision": "0001", "to_revision": migrations.HEAD}
-    hits = run_kb("search", "wombat", "--json")
+    hits = run_in_process("search", "wombat", "--json")
     assert hits.code == 0, hits.stderr
     assert [hit["filename"] for hit in hits.records] == ["old.txt"]  # indexed on upgrade
     with database.read() as conn:
         assert database.schema_version(conn) == migrations.HEAD
-    again = run_kb("db", "upgrade", "--json")
+    again = run_in_process("db", "upgrade", "--json")
     assert again.record == {"from_revision": migrations.HEAD, "to_revision": migrations.HEAD}
 
 
 def test_a_newer_schema_is_refused_with_a_clear_error():
-    assert run_kb("db", "upgrade").code == 0
+    assert run_in_process("db", "upgrade").code == 0
     settings = resolve_settings()
     database = Database(settings.database_url, settings.busy_timeout_seconds)
     with database.write() as conn:
         conn.execute("UPDATE kb_schema_version SET version_num = '9999'")
-    result = run_kb("status", "--json")
+    result = run_in_process("status", "--json")
     assert result.code == 1
     assert "newer than this kb knows" in result.error["message"]
     assert "Traceback" not in result.stderr
