@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from tests.cli.test_review_gate import ingest, publish
+from tests.helpers import ingest, publish
 from tests.loopback import JsonHandler, serving
 
 FILLER = " ".join(f"Sentence {i} talks about nothing in particular." for i in range(40))

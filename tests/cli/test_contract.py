@@ -3,141 +3,47 @@ records, exit codes, the two state machines).
 
 Every test drives the real `kb` entry point with a given argv and environment, the way
 an external CI script would, and looks only at exit codes, stdout, stderr and the files
-that are documented to exist (`<home>/kb.sqlite3`, `<home>/objects`). Most commands
-run in this process (a fresh environment each time, no Python start-up to pay);
-concurrent workers, waits and races run as real `kb` processes.
+that are documented to exist (`<home>/kb.sqlite3`, `<home>/objects`). Every command here
+runs in this process (a fresh environment each time, no Python start-up to pay); the
+contract's concurrent workers, waits and the console script run as real `kb` processes
+in tests/processes/test_contract_processes.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 import shutil
-import subprocess
-import sys
-import threading
 import time
-import uuid
 from datetime import datetime as dt
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import (
-    ON_POSTGRES,
+from tests.docgen import make_encrypted_pdf, make_pdf
+from tests.helpers import (
     SAMPLES,
-    STRIPPED,
+    SEARCH_KEYS,
+    STAGES,
     Result,
-    kb_env,
+    assert_doc_record,
+    assert_queued_fresh,
+    assert_task_record,
+    assert_work_line,
+    check_error,
+    check_output_hygiene,
+    clean_env,
+    doc_of,
+    kb_json,
     run_in_process,
     sqlite_only,
-    start_kb,
 )
-from tests.docgen import make_encrypted_pdf, make_pdf
+from tests.helpers import kb_checked as kb
 
-# --- the contract's vocabulary ---------------------------------------------------------
-
-TASK_KEYS = {
-    "task_id",
-    "document_id",
-    "status",
-    "stage",
-    "completed",
-    "total",
-    "attempt",
-    "error_code",
-    "error_detail",
-    "worker_id",
-    "created_at",
-    "updated_at",
-}
-DOC_KEYS = {
-    "document_id",
-    "filename",
-    "content_type",
-    "size_bytes",
-    "sha256",
-    "status",
-    "version",
-    "revision",
-    "published_revision",
-    "created_at",
-    "updated_at",
-    "latest_task",
-}
-WORK_KEYS = {"claimed", "worker_id", "task_id", "task"}
-SEARCH_KEYS = {"document_id", "filename", "revision", "chunk_index", "score", "text"}
-STAGES = ("download", "parse", "embedding", "indexing", "finalizing")
-TASK_STATUSES = {"queued", "running", "succeeded", "failed", "cancelled", "retry_wait"}
-DOC_STATUSES = {"draft", "processing", "review_pending", "published", "failed"}
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
 
 
 # --- plumbing ----------------------------------------------------------------------------
-
-
-def clean_env(keep_engine: bool = True, **values: str | Path | None) -> dict[str, str]:
-    """The environment of a fresh shell: none of kb's variables unless given here
-    (except the test's PostgreSQL database, when the suite runs on PostgreSQL)."""
-    env = kb_env()
-    for name in (*STRIPPED, "KB_HOME"):
-        env.pop(name, None)
-    if keep_engine and ON_POSTGRES and "DATABASE_URL" in os.environ:  # not in module fixtures
-        env["DATABASE_URL"] = os.environ["DATABASE_URL"]
-    for name, value in values.items():
-        if value is not None:
-            env[name] = str(value)
-    return env
-
-
-def check_output_hygiene(args: tuple[str, ...], result: Result) -> None:
-    """What must hold for every single invocation of `kb`."""
-    for stream in (result.stdout, result.stderr):
-        assert "Traceback (most recent call last)" not in stream, (args, stream)
-        assert "\x1b[" not in stream, f"ANSI escapes while piped: {args}"
-    if "--json" in args:
-        for line in result.stdout.splitlines():
-            assert isinstance(json.loads(line), dict), f"non-object JSON line {line!r}"
-        if result.code != 0:
-            lines = [line for line in result.stderr.splitlines() if line.strip()]
-            assert lines, f"no error on stderr: {args}"
-            error = json.loads(lines[-1])
-            assert {"error", "message"} <= error.keys(), error
-            assert isinstance(error["message"], str) and error["message"]
-
-
-def kb(
-    *args: str | Path,
-    expect: int | None = 0,
-    env: dict[str, str] | None = None,
-) -> Result:
-    argv = tuple(str(a) for a in args)
-    result = run_in_process(*argv, env=env)
-    check_output_hygiene(argv, result)
-    if expect is not None:
-        assert result.code == expect, (
-            f"kb {' '.join(argv)} -> exit {result.code}, expected {expect}\n"
-            f"stdout: {result.stdout}\nstderr: {result.stderr}"
-        )
-    return result
-
-
-def kb_parallel(commands: list[tuple[tuple, dict[str, str] | None]]) -> list[Result]:
-    """Run independent commands at the same time; each must succeed."""
-    procs = [(args, kb_proc(*args, env=env)) for args, env in commands]
-    results = []
-    for args, proc in procs:
-        result = finish(proc, args)
-        assert result.code == 0, (args, result.stderr)
-        results.append(result)
-    return results
-
-
-def kb_json(*args: str | Path, env: dict[str, str] | None = None) -> list[dict]:
-    return kb(*args, "--json", env=env).records
 
 
 def kb_error(
@@ -148,18 +54,6 @@ def kb_error(
 ) -> dict:
     """Run a command that must fail; check the one-line JSON error on stderr."""
     return check_error(kb(*args, "--json", expect=None, env=env), exit, code)
-
-
-def check_error(result: Result, exit: int, code: str) -> dict:
-    assert result.code == exit, (
-        f"exit {result.code}, expected {exit}\nstdout: {result.stdout}\nstderr: {result.stderr}"
-    )
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one error line on stderr, got {lines}"
-    error = json.loads(lines[0])
-    assert error["error"] == code, error
-    assert result.stdout.strip() == "", f"failed command printed records: {result.stdout}"
-    return error
 
 
 def run_table(
@@ -175,17 +69,6 @@ def run_table(
     return results
 
 
-def kb_proc(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return start_kb(*(str(a) for a in args), env=env)
-
-
-def finish(proc: subprocess.Popen, args: tuple = (), timeout: float = 60) -> Result:
-    out, err = proc.communicate(timeout=timeout)
-    result = Result(proc.returncode, out, err)
-    check_output_hygiene(tuple(str(a) for a in args), result)
-    return result
-
-
 def write(directory: Path, name: str, data: str | bytes) -> Path:
     path = directory / name
     if isinstance(data, bytes):
@@ -199,73 +82,8 @@ def sample(name: str) -> Path:
     return SAMPLES / name
 
 
-def is_rfc3339_utc(value: str) -> bool:
-    if not isinstance(value, str) or "T" not in value:
-        return False
-    parsed = dt.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    return parsed.utcoffset() == timedelta(0)
-
-
-def assert_uuid(value: str) -> None:
-    uuid.UUID(value)
-
-
-def assert_task_record(record: dict) -> None:
-    missing = TASK_KEYS - record.keys()
-    assert not missing, f"task record lacks {missing}: {record}"
-    assert_uuid(record["task_id"])
-    assert_uuid(record["document_id"])
-    assert record["status"] in TASK_STATUSES
-    assert record["stage"] in STAGES
-    for key in ("completed", "total", "attempt"):
-        assert isinstance(record[key], int) and record[key] >= 0, (key, record)
-    assert is_rfc3339_utc(record["created_at"]), record["created_at"]
-    assert is_rfc3339_utc(record["updated_at"]), record["updated_at"]
-
-
-def assert_doc_record(record: dict) -> None:
-    missing = DOC_KEYS - record.keys()
-    assert not missing, f"document record lacks {missing}: {record}"
-    assert_uuid(record["document_id"])
-    assert record["status"] in DOC_STATUSES
-    assert isinstance(record["version"], int) and record["version"] >= 1
-    assert isinstance(record["revision"], int) and record["revision"] >= 1
-    assert is_rfc3339_utc(record["created_at"]), record["created_at"]
-    assert is_rfc3339_utc(record["updated_at"]), record["updated_at"]
-    if record["latest_task"] is not None:
-        assert_task_record(record["latest_task"])
-        assert record["latest_task"]["document_id"] == record["document_id"]
-
-
-def assert_queued_fresh(task: dict, attempt: int = 0) -> None:
-    """The shape of a task just (re)queued: queued / download / 0 / 0, clean fields."""
-    assert_task_record(task)
-    assert (task["status"], task["stage"], task["completed"], task["total"]) == (
-        "queued",
-        "download",
-        0,
-        0,
-    )
-    assert task["attempt"] == attempt
-    assert task["error_code"] is None and task["error_detail"] is None
-    assert task["worker_id"] is None
-
-
-def assert_work_line(line: dict) -> None:
-    assert set(line) == WORK_KEYS, f"work --json line keys {set(line)}"
-    assert isinstance(line["claimed"], bool)
-    if line["task"] is not None:
-        assert_task_record(line["task"])
-
-
 def object_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
-
-
-def doc_of(task: dict, env: dict[str, str] | None = None) -> dict:
-    [record] = kb_json("status", task["document_id"], env=env)
-    assert_doc_record(record)
-    return record
 
 
 def by_filename(records: list[dict]) -> dict[str, dict]:
@@ -293,17 +111,6 @@ def test_version_and_help_do_not_touch_the_database(args, kb_home: Path, tmp_pat
         assert re.search(r"\d+\.\d+", result.stdout)
     assert not (kb_home / "kb.sqlite3").exists()
     assert not (tmp_path / ".kb").exists()
-
-
-def test_console_script_is_the_same_program():
-    script = Path(sys.executable).with_name("kb")
-    script = script if script.exists() else Path(shutil.which("kb") or "kb")
-    assert script.exists(), "console script `kb` is not installed"
-    done = subprocess.run(
-        [str(script), "--version"], capture_output=True, text=True, env=kb_env(), timeout=30
-    )
-    assert done.returncode == 0
-    assert done.stdout == kb("--version").stdout
 
 
 @sqlite_only
@@ -340,9 +147,9 @@ def test_flag_beats_environment_beats_default(tmp_path: Path):
         (env_c, (), four, c_dir / "kb-c.sqlite3", c_dir / "objs"),
         (env_c, d_flags, five, d_dir / "kb-d.sqlite3", d_dir / "objs"),
     ]
-    # the five stores are disjoint, so each phase may run concurrently
-    kb_parallel([((*flags, "upload", path, "--json"), env) for env, flags, path, *_ in cases])
-    listings = kb_parallel([((*flags, "status", "--json"), env) for env, flags, *_ in cases])
+    for env, flags, path, *_ in cases:
+        kb(*flags, "upload", path, "--json", env=env)
+    listings = [kb(*flags, "status", "--json", env=env) for env, flags, *_ in cases]
     for (_env, _flags, path, database, objects), listing in zip(cases, listings, strict=True):
         assert database.is_file(), database
         assert len(object_files(objects)) == 1, objects
@@ -761,74 +568,3 @@ def test_cancel_queued_task_then_submit_again():
     [line] = kb("work", "--json").records
     assert (line["task_id"], line["task"]["status"]) == (again["task_id"], "succeeded")
     assert doc_of(task)["status"] == "review_pending"
-
-
-def test_cancel_running_task_stops_the_worker():
-    [task] = kb_json("upload", sample("handbook.pdf"), "--submit")
-    args = ("work", "--worker-id", "w-slow", "--stage-delay", "0.5", "--json")
-    worker = kb_proc(*args)
-    stderr_lines: list[str] = []
-    reader = threading.Thread(
-        target=lambda: stderr_lines.extend(iter(worker.stderr.readline, "")), daemon=True
-    )
-    reader.start()
-    deadline = time.monotonic() + 20
-    while not any("claimed task=" in line for line in stderr_lines):
-        assert worker.poll() is None, f"worker exited early: {stderr_lines}"
-        assert time.monotonic() < deadline, "worker never logged its claim"
-        time.sleep(0.05)
-
-    [running] = kb_json("status", task["task_id"])
-    assert (running["status"], running["worker_id"], running["attempt"]) == ("running", "w-slow", 1)
-    assert doc_of(task)["status"] == "processing"
-
-    [cancelled] = kb_json("cancel", task["task_id"])
-    assert cancelled["status"] == "cancelled"
-
-    worker.wait(timeout=30)
-    reader.join(timeout=5)
-    out = worker.stdout.read()
-    result = Result(worker.returncode, out, "".join(stderr_lines))
-    check_output_hygiene(args, result)
-    assert result.code == 0, result.stderr
-    [line] = result.records
-    assert_work_line(line)
-    assert line["claimed"] is True and line["task"]["status"] == "cancelled"
-
-    doc = doc_of(task)
-    assert doc["status"] == "draft"
-    assert doc["latest_task"]["status"] == "cancelled"
-    [final] = kb_json("status", task["task_id"])
-    assert final["status"] == "cancelled"
-
-
-# --- status --wait ---------------------------------------------------------------------------
-
-
-def test_status_wait_blocks_until_the_task_ends():
-    [task] = kb_json("upload", sample("faq.txt"), "--submit")
-    wait_task = ("status", task["task_id"], "--wait", "--timeout", "30", "--json")
-    wait_doc = ("status", task["document_id"], "--wait", "--timeout", "30", "--json")
-    waiters = [kb_proc(*wait_task), kb_proc(*wait_doc)]
-    time.sleep(1.0)
-    assert [w.poll() for w in waiters] == [None, None], "--wait returned before the task ended"
-
-    kb("work", "--json")
-
-    task_result = finish(waiters[0], wait_task)
-    doc_result = finish(waiters[1], wait_doc)
-    assert task_result.code == 0 and doc_result.code == 0, (task_result, doc_result)
-    [record] = task_result.records
-    assert_task_record(record)
-    assert (record["task_id"], record["status"]) == (task["task_id"], "succeeded")
-    [record] = doc_result.records
-    # with a document id: the document record (or its latest task), once it has ended
-    latest = record["latest_task"] if "filename" in record else record
-    assert (latest["task_id"], latest["status"]) == (task["task_id"], "succeeded")
-    if "filename" in record:
-        assert_doc_record(record)
-        assert record["status"] == "review_pending"
-
-    # an already finished task returns at once
-    [again] = kb_json("status", task["task_id"][:8], "--wait", "--timeout", "5")
-    assert again["status"] == "succeeded"

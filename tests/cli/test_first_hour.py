@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kb_cli import console
-from tests.conftest import ON_POSTGRES
+from tests.helpers import ON_POSTGRES
 
 
 def upload(invoke, tmp_path, name="a.md", text="# Title\n\nSome words to index.\n", *flags):
@@ -163,6 +163,31 @@ def test_read_only_commands_leave_no_home_behind(invoke, tmp_path, args, code):
 def test_every_group_has_an_example(invoke, group):
     result = invoke(*group, "--help")
     assert result.code == 0 and "Example" in result.stdout
+
+
+COMMANDS = [
+    "upload",
+    "submit",
+    "status",
+    "cancel",
+    "retry",
+    "work",
+    "publish",
+    "search",
+    "eval",
+    "reindex",
+    "history",
+    "doctor",
+    "demo",
+    "user add",
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example(invoke, command):
+    result = invoke(*command.split(), "--help")
+    assert result.code == 0
+    assert "Example" in result.stdout and "Usage" in result.stdout
 
 
 @pytest.mark.parametrize(

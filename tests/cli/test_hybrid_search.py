@@ -1,107 +1,16 @@
-"""Search that answers questions: words, vectors, their fusion, providers, and kb eval."""
+"""Search that answers questions through the CLI: hybrid ranking on the sample knowledge
+base, kb eval, providers on a loopback server. The pure pieces are in tests/unit."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import ClassVar
 
-import numpy as np
 import pytest
 
-from kb_cli.chunking import chunk_blocks
-from kb_cli.embeddings.local import _TOKENIZER, _WEIGHTS, LocalEmbedder, _package_dir
-from kb_cli.parsers import Block
-from kb_cli.ranking import best_per_document, fuse, top_similar
-from kb_cli.textsearch import index_terms, parse_query
-from tests.cli.test_review_gate import hits, ingest, publish
-from tests.conftest import SAMPLES, run_kb
+from tests.helpers import SAMPLES, hits, ingest, publish
 from tests.loopback import JsonHandler, serving
-
-# --- words -----------------------------------------------------------------------------
-
-
-def test_chinese_is_indexed_as_words_long_and_short():
-    terms = index_terms("知识库入库流程 and English words.").split()
-    assert {"知识", "知识库", "入库", "流程", "English"} <= set(terms)
-
-
-def test_a_query_is_words_and_quoted_phrases_operators_are_text():
-    query = parse_query('出差回来后最迟多久要提交报销？ "code freeze" NEAR(x* OR')
-    assert query.phrases == ["code freeze"]
-    assert {"出差", "报销", "NEAR", "x", "code", "freeze"} <= set(query.terms)
-    assert parse_query("?!").empty
-    assert parse_query("OR AND NOT").terms == ["OR", "AND", "NOT"]  # stopwords, but all it has
-
-
-def test_stopwords_do_not_rank_but_a_phrase_keeps_its_words():
-    assert parse_query("How do I stop waiting when the server is slow?").terms == [
-        "stop",
-        "waiting",
-        "server",
-        "slow",
-    ]
-    assert parse_query("怎么设置请求的超时时间？").terms == ["设置", "请求", "超时", "时间"]
-    assert parse_query('what does "the end" mean').terms == ["mean", "the", "end"]
-    assert parse_query('"the end"').terms == ["the", "end"]
-    # A lone Chinese character is a particle or a generic verb, unless it is all there is.
-    assert "跑" not in parse_query("进程已经在跑了，怎么打开 GC 日志？").terms
-    assert parse_query("锁").terms == ["锁"]
-
-
-def test_a_line_break_inside_chinese_words_is_no_space():
-    [chunk] = chunk_blocks([Block("系统运行稳\n定，性能\n良好。\nNext\nline")])
-    assert chunk.text == "系统运行稳定，性能良好。 Next line"
-
-
-# --- ranking ---------------------------------------------------------------------------
-
-
-def test_reciprocal_rank_fusion_rewards_agreement():
-    fused = fuse([(1, 9.0), (2, 5.0)], [(2, 0.9), (3, 0.8)], k=60)
-    assert [hit[0] for hit in fused] == [2, 1, 3]
-    assert fused[0] == (2, pytest.approx(1 / 62 + 1 / 61), 2, 1)
-    assert fused[1][2:] == (1, None) and fused[2][2:] == (None, 2)
-
-
-def test_vector_candidates_below_the_floor_are_dropped():
-    matrix = np.array([[1, 0], [0.6, 0.8], [0, 1]], dtype=np.float32)
-    ranked = top_similar([10, 11, 12], matrix, np.array([1, 0]), floor=0.5, limit=5)
-    assert [chunk for chunk, _ in ranked] == [10, 11]
-    assert top_similar([10, 11, 12], matrix, np.array([1, 0]), 0.5, 1)[0][0] == 10
-
-
-def test_one_hit_per_document_keeps_the_best():
-    hits_ = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None)]
-    kept = best_per_document(hits_, {1: "a", 2: "a", 3: "b"}.__getitem__)
-    assert [hit[0] for hit in kept] == [1, 3]
-
-
-# --- the built-in model ----------------------------------------------------------------
-
-
-def test_local_model_gives_wordllamas_own_vectors():
-    """The same vectors as WordLlama's own inference, for a query and for long chunks
-    in both scripts (the batch path that counts tokens instead of gathering rows)."""
-    from safetensors.numpy import load_file
-    from tokenizers import Tokenizer
-    from wordllama.inference import WordLlamaInference
-
-    package = _package_dir()
-    reference = WordLlamaInference(
-        load_file(package / _WEIGHTS)["embedding.weight"],
-        Tokenizer.from_file(str(package / _TOKENIZER)),
-    )
-    short = ["How can I protect a PDF with a password?", "出差回来后最迟多久要提交报销？"]
-    long = [("知识库入库流程很重要。" * 80)[:800], ("Backups run nightly. " * 40)[:800]] * 20
-    for texts in (short, long):
-        ours = LocalEmbedder().embed(texts)
-        theirs = reference.embed(texts, norm=True)
-        assert ours.shape == (len(texts), 256)
-        np.testing.assert_allclose(ours, theirs, atol=1e-5)
-
 
 # --- search through the CLI ----------------------------------------------------------
 
@@ -337,19 +246,3 @@ def test_reindex_is_for_admins(invoke):
         ).code
         == 0
     )
-
-
-@pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--json"]])
-def test_help_and_status_import_no_model(args):
-    """numpy, the tokenizer, jieba and the parsers load only where they are used."""
-    assert run_kb("db", "upgrade").code == 0  # the schema exists (creating it loads SQLAlchemy)
-    code = (
-        "import sys\nfrom kb_cli.cli import main\n"
-        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy'}\n"
-        "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
-    )
-    assert done.stderr.strip().splitlines()[-1] == "[]"

@@ -10,7 +10,7 @@ import pytest
 
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from tests.conftest import SAMPLES, db_rows
+from tests.helpers import SAMPLES, db_rows, first_revision_database
 
 KNOWLEDGE = SAMPLES / "knowledge"
 P1_QUESTION = "P1 故障要求几分钟响应？"
@@ -417,8 +417,6 @@ def test_open_mode_reads_and_writes_every_base(invoke, tmp_path):
 
 
 def test_a_first_revision_database_puts_its_documents_in_default(invoke):
-    from tests.service.test_migrations import first_revision_database
-
     first_revision_database()
     ok(invoke("db", "upgrade", "--json"))
     [record] = ok(invoke("status", "--json"))

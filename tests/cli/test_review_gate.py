@@ -6,27 +6,9 @@ import json
 
 import pytest
 
-from tests.conftest import db_rows, kb_env, run_kb, start_kb
+from tests.helpers import db_rows, hits, ingest, publish
 
 CHINESE = "知识库入库流程很重要。文档上传后成为草稿，审核人员发布之后才能被检索到。"
-
-
-def ingest(invoke, tmp_path, name: str, text: str, token: str | None = None) -> dict:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    task = invoke("upload", str(path), "--submit", "--json", token=token).record
-    assert invoke("work", "--json", token=token).code == 0
-    return task
-
-
-def publish(invoke, document_id: str, token: str | None = None) -> None:
-    assert invoke("publish", document_id, "--json", token=token).code == 0
-
-
-def hits(invoke, query: str) -> list[dict]:
-    result = invoke("search", query, "--json")
-    assert result.code == 0, result.stderr
-    return result.records
 
 
 # --- search -------------------------------------------------------------------------
@@ -144,23 +126,6 @@ def test_cancel_or_failure_of_a_new_revision_leaves_the_old_one_served(invoke, t
         assert invoke("status", document_id, "--json").record["status"] == "failed"
     assert [h["revision"] for h in hits(invoke, "wombats")] == [1]
     assert invoke("doctor", "--json").code == 0
-
-
-def test_two_concurrent_publishes_with_the_same_version_one_wins(invoke, tmp_path):
-    task = ingest(invoke, tmp_path, "a.txt", "Reviewed text.")
-    version = invoke("status", task["document_id"], "--json").record["version"]
-    racers = [
-        start_kb(
-            "publish", task["document_id"], "--if-version", str(version), "--json", env=kb_env()
-        )
-        for _ in range(2)
-    ]
-    codes = sorted(racer.wait(timeout=60) for racer in racers)
-    assert codes == [0, 4]
-    loser = next(racer for racer in racers if racer.returncode == 4)
-    assert json.loads(loser.stderr.read().strip().splitlines()[-1])["error"] == "conflict"
-    final = invoke("status", task["document_id"], "--json").record
-    assert final["status"] == "published" and final["version"] == version + 1
 
 
 # --- roles ---------------------------------------------------------------------------
@@ -286,12 +251,6 @@ def test_first_user_must_be_admin_and_tokens_are_stored_hashed(invoke, kb_home):
     assert invoke("status", "--json").code == 5  # no longer open mode
     assert invoke("status", "--json", token=created["token"]).code == 0
     assert invoke("--help").code == 0 and invoke("--version").code == 0
-
-
-def test_cli_subprocess_respects_tokens(tmp_path):
-    admin = run_kb("user", "add", "root", "--role", "admin", "--json").record["token"]
-    assert run_kb("status", "--json").code == 5
-    assert run_kb("status", "--json", env=kb_env(KB_TOKEN=admin)).code == 0
 
 
 def test_demo_needs_an_admin_once_one_exists(invoke, team):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, kb_env, sqlite_only
+from tests.helpers import REPO, kb_env, sqlite_only
 
 
 @sqlite_only  # the benchmarks build SQLite databases of their own

@@ -13,7 +13,7 @@ import pytest
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
 from kb_cli.services import doctor, documents
-from tests.conftest import ON_POSTGRES, db_rows, run_kb, start_kb, write_lock_held
+from tests.helpers import ON_POSTGRES, db_rows, run_kb, start_kb, wait_until, write_lock_held
 
 STAGES = ["download", "parse", "embedding", "indexing", "finalizing"]
 
@@ -34,16 +34,12 @@ def chunk_count(kb_home: Path, task_id: str) -> int:
     return row["n"]
 
 
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(interval)
-
-
 def wait_for_stage(kb_home: Path, task_id: str, stage: str) -> None:
     wait_until(
-        lambda: (row := task_row(kb_home, task_id))["status"] == "running" and row["stage"] == stage
+        lambda: (
+            (row := task_row(kb_home, task_id))["status"] == "running" and row["stage"] == stage
+        ),
+        interval=0.02,
     )
 
 
@@ -99,7 +95,9 @@ def test_worker_lost_too_often_ends_failed(tmp_path, kb_home):
             "work", "--lease-seconds", "0.5", "--stage-delay", "0.15", "--max-attempts", "2"
         )
         running = {"status": "running", "attempt": attempt}
-        wait_until(lambda want=running: _matches(task_row(kb_home, task["task_id"]), want))
+        wait_until(
+            lambda want=running: _matches(task_row(kb_home, task["task_id"]), want), interval=0.02
+        )
         victim.send_signal(signal.SIGKILL)
         victim.communicate(timeout=10)
         time.sleep(0.7)
@@ -168,7 +166,10 @@ def test_second_signal_exits_at_once(tmp_path, kb_home):
     # Both signals are pending when the process resumes, so the second arrives before
     # the worker reaches its next safe point.
     worker.send_signal(signal.SIGSTOP)
-    wait_until(lambda: Path(f"/proc/{worker.pid}/stat").read_text().split(") ")[1][0] == "T")
+    wait_until(
+        lambda: Path(f"/proc/{worker.pid}/stat").read_text().split(") ")[1][0] == "T",
+        interval=0.02,
+    )
     worker.send_signal(signal.SIGINT)
     worker.send_signal(signal.SIGTERM)
     worker.send_signal(signal.SIGCONT)

@@ -1,76 +1,18 @@
-"""What people see: live progress on a terminal, clean lines in pipes, the demo, help."""
+"""What people see: live progress on a terminal, clean lines in pipes, the demo."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import re
-import select
-import signal
-import struct
 import subprocess
 import sys
-import termios
-import time
 
 import pytest
 
-from tests.conftest import kb_env, run_kb
+from tests.helpers import kb_env, run_kb
+from tests.terminal import ANSI, run_in_terminal
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 STAGES = ("download", "parse", "embedding", "indexing", "finalizing")
-
-
-def terminal_env() -> dict[str, str]:
-    env = kb_env(TERM="xterm-256color", COLUMNS="110", LINES="40")
-    for name in ("CI", "NO_COLOR"):
-        env.pop(name, None)
-    return env
-
-
-def run_in_terminal(
-    *args: str, timeout: float = 60, interrupt_on: str | None = None, **env: str
-) -> tuple[int, str]:
-    """Run `kb` with stdin, stdout and stderr on a pseudo-terminal; return the screen text.
-    A command that runs until stopped gets Ctrl-C a second after `interrupt_on` was drawn."""
-    leader, follower = pty.openpty()
-    env = {**terminal_env(), **env}
-    size = struct.pack("HHHH", int(env["LINES"]), int(env["COLUMNS"]), 0, 0)
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, size)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kb_cli", *args],
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=env,
-        close_fds=True,
-    )
-    os.close(follower)
-    chunks = []
-    deadline = time.monotonic() + timeout
-    interrupt_at = None
-    while time.monotonic() < deadline:
-        if interrupt_on and interrupt_on.encode() in b"".join(chunks):
-            interrupt_on, interrupt_at = None, time.monotonic() + 1.0
-        if interrupt_at and time.monotonic() >= interrupt_at:
-            process.send_signal(signal.SIGINT)
-            interrupt_at = None
-        ready, _, _ = select.select([leader], [], [], 0.1)
-        if ready:
-            try:
-                data = os.read(leader, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-        elif process.poll() is not None:
-            break
-    os.close(leader)
-    code = process.wait(timeout=10)
-    return code, b"".join(chunks).decode("utf-8", "replace")
 
 
 def submit(tmp_path, name: str = "a.md", text: str = "# Title\n\nSome words to index.\n"):
@@ -178,28 +120,3 @@ def test_demo_json_is_json_lines_with_a_summary():
     assert {row["filename"] for row in summary} >= {"damaged.pdf", "faq.txt"}
     races = [record for record in records if record["step"] == "race"]
     assert all(record["winner"] != record["loser"] for record in races)
-
-
-COMMANDS = [
-    "upload",
-    "submit",
-    "status",
-    "cancel",
-    "retry",
-    "work",
-    "publish",
-    "search",
-    "eval",
-    "reindex",
-    "history",
-    "doctor",
-    "demo",
-    "user add",
-]
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help_with_an_example(command):
-    result = run_kb(*command.split(), "--help")
-    assert result.code == 0
-    assert "Example" in result.stdout and "Usage" in result.stdout

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from tests.conftest import run_kb, start_kb
-from tests.processes.test_display import ANSI, run_in_terminal
+from tests.helpers import run_kb, start_kb
+from tests.terminal import ANSI, run_in_terminal
 
 WIDTHS = (80, 200)
 LONG_NAME = "Quarterly report for the board of directors, final version 2026.md"
@@ -122,3 +122,16 @@ def test_demo_summary_fits(columns):
     lines = assert_fits(screen, columns)
     for name in ("damaged.pdf", "faq.txt", "handbook.pdf"):
         assert any(line.lstrip("│ ").startswith(name) for line in lines), name
+
+
+def test_control_characters_in_file_names_are_escaped_on_a_terminal(tmp_path):
+    name = "evil\x1b[31mred\x1b]0;title\x07\nforged row.txt"
+    (tmp_path / name).write_text("words")
+    assert run_kb("upload", str(tmp_path / name), "--json").code == 0
+    code, screen = run_in_terminal("status")
+    assert code == 0
+    assert "\x1b[31mred" not in screen and "\x1b]0;" not in screen
+    text = ANSI.sub("", screen)
+    assert "\\x1b[31mred" in text and "\\n" in text
+    # the newline did not start a row of its own: no line begins with the forged text
+    assert not [line for line in text.splitlines() if line.lstrip("│ ").startswith("forged")]

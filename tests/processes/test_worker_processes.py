@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 
-from tests.conftest import db_rows, kb_env, run_kb, start_kb, write_lock_held
+from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until, write_lock_held
 
 
 def upload(tmp_path, count: int, prefix: str = "doc") -> list[dict]:
@@ -78,10 +77,11 @@ def test_cancel_from_another_process_stops_a_running_worker(tmp_path):
     path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(10)))
     [task] = run_kb("upload", str(path), "--submit", "--json").records
     worker = start_kb("work", "--stage-delay", "0.2", "--json")
-    deadline = time.monotonic() + 20
-    while run_kb("status", task["task_id"], "--json").record["status"] != "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(
+        lambda: run_kb("status", task["task_id"], "--json").record["status"] == "running",
+        timeout=20,
+        message="the worker never started the task",
+    )
     cancelled = run_kb("cancel", task["task_id"][:8], "--json")
     assert cancelled.code == 0 and cancelled.record["status"] == "cancelled"
     out, err = worker.communicate(timeout=30)

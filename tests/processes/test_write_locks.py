@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import db_rows, kb_env, run_kb, start_kb
+from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until
 
 SECTIONS = 20_000  # one chunk each; the 300,000 is the benchmark's size
 
@@ -31,10 +31,14 @@ def test_uploads_and_another_worker_proceed_while_a_large_document_is_indexed(tm
     task = run_kb("upload", str(big), "--submit", "--json", env=env).record
     # A pause after each batch (0.1 s, 100 batches) keeps it indexing while we look.
     indexer = start_kb("work", task["task_id"], "--json", "--stage-delay", "0.1", env=env)
-    deadline = time.monotonic() + 120
-    while chunk_count(task["task_id"]) == 0:  # batches land before the completion
-        assert time.monotonic() < deadline and indexer.poll() is None, indexer.communicate()
-        time.sleep(0.05)
+
+    def batches_landed() -> bool:  # batches land before the completion
+        if chunk_count(task["task_id"]):
+            return True
+        assert indexer.poll() is None, indexer.communicate()
+        return False
+
+    wait_until(batches_landed, timeout=120, message="no batch of chunks landed in 120 s")
     assert task_status(task["task_id"]) == {"status": "running", "stage": "indexing"}
 
     # Meanwhile: uploads (a busy timeout of 1 s) and another worker's whole task.
@@ -63,10 +67,14 @@ def test_batches_of_a_killed_run_are_removed(tmp_path, cleanup):
     env = kb_env(KB_EMBEDDINGS="none", KB_CHUNK_BATCH="100")
     task = run_kb("upload", str(big), "--submit", "--json", env=env).record
     victim = start_kb("work", "--json", "--lease-seconds", "1", "--stage-delay", "0.1", env=env)
-    deadline = time.monotonic() + 60
-    while chunk_count(task["task_id"]) < 300:
-        assert time.monotonic() < deadline and victim.poll() is None
-        time.sleep(0.05)
+
+    def three_batches_landed() -> bool:
+        if chunk_count(task["task_id"]) >= 300:
+            return True
+        assert victim.poll() is None
+        return False
+
+    wait_until(three_batches_landed, timeout=60, message="300 chunks did not land in 60 s")
     victim.kill()  # SIGKILL: no chance to clean up
     victim.communicate(timeout=10)
     left = chunk_count(task["task_id"])

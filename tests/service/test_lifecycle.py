@@ -14,8 +14,8 @@ from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.services import documents as docs
 from kb_cli.services import tasks
 from kb_cli.worker import Worker, WorkerOptions
-from tests.conftest import sqlite_only
 from tests.docgen import make_pdf
+from tests.helpers import sqlite_only, wait_until
 
 
 def write(tmp_path: Path, name: str, content: str | bytes = "Some text about retention.") -> Path:
@@ -117,7 +117,12 @@ def test_cancel_of_a_running_task_stops_the_worker_and_leaves_no_chunks(kb, tmp_
     results = []
     thread = threading.Thread(target=lambda: results.extend(worker.run()))
     thread.start()
-    _wait_for(lambda: tasks.get_record(kb, task.task_id).stage == "embedding")
+    wait_until(
+        lambda: tasks.get_record(kb, task.task_id).stage == "embedding",
+        timeout=10,
+        interval=0.02,
+        message="condition not reached in time",
+    )
     tasks.cancel_task(kb, task.task_id)
     thread.join(10)
     assert not thread.is_alive()
@@ -312,15 +317,6 @@ def test_every_state_change_is_audited(kb, tmp_path):
             row.action for row in conn.execute("SELECT action FROM audit_events ORDER BY id")
         ]
     assert actions == ["upload", "submit", "submit", "claim", "complete", "complete", "publish"]
-
-
-def _wait_for(condition, timeout: float = 10.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 @sqlite_only

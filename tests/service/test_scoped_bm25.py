@@ -7,7 +7,7 @@ import pytest
 
 from kb_cli.engines import sqlite
 from kb_cli.ranking import Corpus, best_scored, bm25
-from tests.conftest import sqlite_only
+from tests.helpers import sqlite_only
 
 CHUNK_TEXTS = [
     "Running the retention policy deletes invoices after seven years.",
@@ -32,8 +32,8 @@ def test_scoped_bm25_of_the_whole_index_is_fts5s_bm25(invoke, kb, tmp_path, ques
         assert invoke("publish", line["document_id"]).code == 0
     terms = question.split()
     with kb.db.read() as conn:
-        native = sqlite._ranked_by_the_index(conn, terms, [], 10)
-        scoped = sqlite._ranked_in_scope(conn, terms, [], 10, "1 = 1", {})
+        native = sqlite.ranked_by_the_index(conn, terms, [], 10)
+        scoped = sqlite.ranked_in_scope(conn, terms, [], 10, "1 = 1", {})
     assert native, "the question matches some chunks"
     assert [chunk for chunk, _ in scoped] == [chunk for chunk, _ in native]
     for (_, mine), (_, theirs) in zip(scoped, native, strict=True):

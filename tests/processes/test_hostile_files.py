@@ -1,5 +1,6 @@
 """Hostile files hit a limit (document_too_large, naming it) with bounded memory and
-time; the chunker is linear; a stop or a cancel ends a long parse at once."""
+time, measured on a real worker process; a stop or a cancel ends a long parse at once.
+(The page limit and the linear chunker, called directly: tests/unit/test_hostile_input.py.)"""
 
 from __future__ import annotations
 
@@ -15,12 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kb_cli.chunking import chunk_blocks
-from kb_cli.parsers import Block, ParseLimits, parse
-from tests.conftest import db_rows, kb_env, run_kb, start_kb
-from tests.docgen import make_pdf, raw_pdf
+from tests.docgen import raw_pdf
+from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until
 
-PDF = "application/pdf"
 BACKENDS = ["pypdf", "pdfium"]
 
 
@@ -153,32 +151,14 @@ def test_text_over_a_limit_is_too_large_and_names_it(tmp_path, variable, value, 
     assert task["status"] == "failed"  # permanent: no retry
 
 
-def test_too_many_pages_is_too_large(tmp_path):
-    with pytest.raises(Exception, match="KB_MAX_PAGES"):
-        path = tmp_path / "pages.pdf"
-        path.write_bytes(make_pdf(["one", "two", "three"]))
-        parse(path, PDF, lambda done, total: None, ParseLimits(max_pages=2))
-
-
-def test_the_chunker_is_linear_on_unpunctuated_text():
-    """8 MB without a sentence end or a space: the old chunker copied the rest of the
-    text at every cut (minutes at this size); a linear one takes about a second."""
-    started = time.monotonic()
-    chunks = chunk_blocks([Block("x" * 8_000_000)])
-    elapsed = time.monotonic() - started
-    assert sum(len(chunk.text) for chunk in chunks) >= 8_000_000
-    assert elapsed < 15, elapsed
-
-
 def wait_for_parse(task_id: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def at_the_parse() -> bool:
         [row] = db_rows("SELECT status, stage FROM ingestion_tasks WHERE id = :id", id=task_id)
-        if row["status"] == "running" and row["stage"] == "parse":
-            time.sleep(0.5)  # inside the parse by now
-            return
-        time.sleep(0.05)
-    raise AssertionError("the worker never reached the parse")
+        return row["status"] == "running" and row["stage"] == "parse"
+
+    wait_until(at_the_parse, timeout=30, message="the worker never reached the parse")
+    time.sleep(0.5)  # inside the parse by now
 
 
 @pytest.mark.slow

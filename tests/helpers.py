@@ -1,0 +1,434 @@
+"""What the tests share: running `kb` (in this process or as a real one), waiting for a
+condition, reading the test's database, and the contract's record and error checks.
+
+A plain module, not a conftest: test modules import from here, never from each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from kb_cli.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_docs"
+# kb's variables, removed from every test's environment (and from clean_env's).
+STRIPPED = (
+    "DATABASE_URL",
+    "OBJECT_STORE_ROOT",
+    "KB_TOKEN",
+    "KB_DEBUG",
+    "KB_BUSY_TIMEOUT",
+    "KB_MAX_UPLOAD_BYTES",
+    "KB_BACKOFF_SECONDS",
+    "NO_COLOR",
+    "KB_EMBEDDINGS",
+    "KB_EMBEDDING_URL",
+    "KB_EMBEDDING_MODEL",
+    "KB_EMBEDDING_API_KEY",
+    "KB_EMBEDDING_BATCH",
+    "KB_EMBEDDING_TIMEOUT",
+    "KB_VECTOR_FLOOR",
+)
+
+# Set by .ci/run for the second pass of the suite: every test then gets a database of
+# its own on that PostgreSQL server instead of a SQLite file.
+POSTGRES_ADMIN_URL = os.environ.get("KB_TEST_POSTGRES_URL")
+ON_POSTGRES = bool(POSTGRES_ADMIN_URL)
+sqlite_only = pytest.mark.skipif(ON_POSTGRES, reason="about the SQLite file itself")
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """A new database on the test server for the block's duration; its URL."""
+    name = f"kbt_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    try:
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    message: str | Callable[[], object] = "timed out waiting",
+) -> T:
+    """Poll `predicate` until it returns something truthy, and return that; fail the test
+    with `message` (or what a callable `message` returns) after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(str(message() if callable(message) else message))
+        time.sleep(interval)
+
+
+# --- running kb ------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def records(self) -> list[dict]:
+        return [json.loads(line) for line in self.stdout.splitlines()]
+
+    @property
+    def record(self) -> dict:
+        [only] = self.records
+        return only
+
+    @property
+    def error(self) -> dict:
+        return json.loads(self.stderr.strip().splitlines()[-1])
+
+
+def kb_env(**extra: str) -> dict[str, str]:
+    """This process's environment (the test's home) plus `extra`."""
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
+def run_in_process(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Run the real CLI entry point in this process, with exactly `env` (default: this
+    process's environment) as the environment; as a subprocess would, but without
+    paying Python's start-up. The environment and the SIGINT/SIGTERM handlers are
+    restored afterwards."""
+    saved_env = dict(os.environ)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(saved_env if env is None else env)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args))
+                code = 0
+            except SystemExit as done:
+                code = done.code
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def start_kb(*args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+    """Start `kb` as a real process (for races, signals and live output)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kb_cli", *args],
+        env=env or kb_env(),
+        text=True,
+        stdout=popen.pop("stdout", subprocess.PIPE),
+        stderr=popen.pop("stderr", subprocess.PIPE),
+        **popen,
+    )
+
+
+def run_kb(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60, input: str | None = None
+) -> Result:
+    """Run `kb` as a real process to its end."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kb_cli", *args],
+        env=env or kb_env(),
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        input=input,
+    )
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def clean_env(keep_engine: bool = True, **values: str | Path | None) -> dict[str, str]:
+    """The environment of a fresh shell: none of kb's variables unless given here
+    (except the test's PostgreSQL database, when the suite runs on PostgreSQL)."""
+    env = kb_env()
+    for name in (*STRIPPED, "KB_HOME"):
+        env.pop(name, None)
+    if keep_engine and ON_POSTGRES and "DATABASE_URL" in os.environ:  # not in module fixtures
+        env["DATABASE_URL"] = os.environ["DATABASE_URL"]
+    for name, value in values.items():
+        if value is not None:
+            env[name] = str(value)
+    return env
+
+
+# --- steps many tests take (an `invoke` is the fixture's runner) ------------------------
+
+
+def ingest(invoke, tmp_path: Path, name: str, text: str, token: str | None = None) -> dict:
+    """Write, upload and submit a text file, run one worker; the submitted task record."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    task = invoke("upload", str(path), "--submit", "--json", token=token).record
+    assert invoke("work", "--json", token=token).code == 0
+    return task
+
+
+def publish(invoke, document_id: str, token: str | None = None) -> None:
+    assert invoke("publish", document_id, "--json", token=token).code == 0
+
+
+def hits(invoke, query: str) -> list[dict]:
+    result = invoke("search", query, "--json")
+    assert result.code == 0, result.stderr
+    return result.records
+
+
+# --- the test's database ---------------------------------------------------------------
+
+
+def db_rows(query: str, **params) -> list[dict]:
+    """Rows of a query against this test's database, whatever the engine."""
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url)
+    try:
+        with engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(text(query), params)]
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def write_lock_held(task_id: str) -> Iterator[None]:
+    """Hold the lock a writer of this task would need, from another connection."""
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        if ON_POSTGRES:
+            conn.exec_driver_sql("BEGIN")
+            conn.execute(
+                text("SELECT id FROM ingestion_tasks WHERE id = :id FOR UPDATE"), {"id": task_id}
+            )
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.exec_driver_sql("ROLLBACK")
+    engine.dispose()
+
+
+def first_revision_database():
+    """A database as the first schema revision left it, with one published document."""
+    from kb_cli import migrations
+    from kb_cli.config import resolve_settings
+    from kb_cli.db import Database
+
+    now = "2026-01-01T00:00:00.000000Z"
+    settings = resolve_settings()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    database = Database(settings.database_url, settings.busy_timeout_seconds)
+    engine = database.engine.sqlalchemy_engine(settings.database_url, 5.0)
+    with engine.begin() as conn:  # Alembic runs on SQLAlchemy, as `Database.upgrade` does
+        migrations.upgrade(conn, "0001")
+        conn.execute(
+            text(
+                "INSERT INTO documents VALUES ('d0000000-0000-0000-0000-000000000001', 'old.txt', "
+                "'text/plain', 5, :sha, 'k', 'published', 4, 1, 1, NULL, :now, :now)"
+            ),
+            {"sha": "0" * 64, "now": now},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO chunks (document_id, revision, chunk_index, task_id, text) VALUES "
+                "('d0000000-0000-0000-0000-000000000001', 1, 0, 't', 'legacy wombat notes')"
+            )
+        )
+    engine.dispose()
+    return database
+
+
+# --- the contract: records, errors, output ----------------------------------------------
+
+TASK_KEYS = {
+    "task_id",
+    "document_id",
+    "status",
+    "stage",
+    "completed",
+    "total",
+    "attempt",
+    "error_code",
+    "error_detail",
+    "worker_id",
+    "created_at",
+    "updated_at",
+}
+DOC_KEYS = {
+    "document_id",
+    "filename",
+    "content_type",
+    "size_bytes",
+    "sha256",
+    "status",
+    "version",
+    "revision",
+    "published_revision",
+    "created_at",
+    "updated_at",
+    "latest_task",
+}
+WORK_KEYS = {"claimed", "worker_id", "task_id", "task"}
+SEARCH_KEYS = {"document_id", "filename", "revision", "chunk_index", "score", "text"}
+STAGES = ("download", "parse", "embedding", "indexing", "finalizing")
+TASK_STATUSES = {"queued", "running", "succeeded", "failed", "cancelled", "retry_wait"}
+DOC_STATUSES = {"draft", "processing", "review_pending", "published", "failed"}
+
+
+def is_rfc3339_utc(value: str) -> bool:
+    if not isinstance(value, str) or "T" not in value:
+        return False
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    return parsed.utcoffset() == timedelta(0)
+
+
+def assert_task_record(record: dict) -> None:
+    """Every key of a task record, each of its type."""
+    missing = TASK_KEYS - record.keys()
+    assert not missing, f"task record lacks {missing}: {record}"
+    uuid.UUID(record["task_id"])
+    uuid.UUID(record["document_id"])
+    assert record["status"] in TASK_STATUSES
+    assert record["stage"] in STAGES
+    for key in ("completed", "total", "attempt"):
+        assert isinstance(record[key], int) and record[key] >= 0, (key, record)
+    assert is_rfc3339_utc(record["created_at"]), record["created_at"]
+    assert is_rfc3339_utc(record["updated_at"]), record["updated_at"]
+
+
+def assert_doc_record(record: dict) -> None:
+    """Every key of a document record, each of its type; its latest task a task record."""
+    missing = DOC_KEYS - record.keys()
+    assert not missing, f"document record lacks {missing}: {record}"
+    uuid.UUID(record["document_id"])
+    assert record["status"] in DOC_STATUSES
+    assert isinstance(record["version"], int) and record["version"] >= 1
+    assert isinstance(record["revision"], int) and record["revision"] >= 1
+    assert is_rfc3339_utc(record["created_at"]), record["created_at"]
+    assert is_rfc3339_utc(record["updated_at"]), record["updated_at"]
+    if record["latest_task"] is not None:
+        assert_task_record(record["latest_task"])
+        assert record["latest_task"]["document_id"] == record["document_id"]
+
+
+def assert_queued_fresh(task: dict, attempt: int = 0) -> None:
+    """The shape of a task just (re)queued: queued / download / 0 / 0, clean fields."""
+    assert_task_record(task)
+    assert (task["status"], task["stage"], task["completed"], task["total"]) == (
+        "queued",
+        "download",
+        0,
+        0,
+    )
+    assert task["attempt"] == attempt
+    assert task["error_code"] is None and task["error_detail"] is None
+    assert task["worker_id"] is None
+
+
+def assert_work_line(line: dict) -> None:
+    """One line of `kb work --json`."""
+    assert set(line) == WORK_KEYS, f"work --json line keys {set(line)}"
+    assert isinstance(line["claimed"], bool)
+    if line["task"] is not None:
+        assert_task_record(line["task"])
+
+
+def check_output_hygiene(args: tuple[str, ...], result: Result) -> None:
+    """What must hold for every single invocation of `kb` in a pipe."""
+    for stream in (result.stdout, result.stderr):
+        assert "Traceback (most recent call last)" not in stream, (args, stream)
+        assert "\x1b[" not in stream, f"ANSI escapes while piped: {args}"
+    if "--json" in args:
+        for line in result.stdout.splitlines():
+            assert isinstance(json.loads(line), dict), f"non-object JSON line {line!r}"
+        if result.code != 0:
+            lines = [line for line in result.stderr.splitlines() if line.strip()]
+            assert lines, f"no error on stderr: {args}"
+            error = json.loads(lines[-1])
+            assert {"error", "message"} <= error.keys(), error
+            assert isinstance(error["message"], str) and error["message"]
+
+
+def check_error(result: Result, exit: int, code: str) -> dict:
+    """A refused command: exit `exit`, exactly one JSON error line `code` on stderr and
+    nothing on stdout; the error object."""
+    assert result.code == exit, (
+        f"exit {result.code}, expected {exit}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    )
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one error line on stderr, got {lines}"
+    error = json.loads(lines[0])
+    assert error["error"] == code, error
+    assert result.stdout.strip() == "", f"failed command printed records: {result.stdout}"
+    return error
+
+
+def kb_checked(
+    *args: str | Path, expect: int | None = 0, env: dict[str, str] | None = None
+) -> Result:
+    """`kb` in this process, its output checked as every invocation's must be, its exit
+    code `expect` (unless None)."""
+    argv = tuple(str(a) for a in args)
+    result = run_in_process(*argv, env=env)
+    check_output_hygiene(argv, result)
+    if expect is not None:
+        assert result.code == expect, (
+            f"kb {' '.join(argv)} -> exit {result.code}, expected {expect}\n"
+            f"stdout: {result.stdout}\nstderr: {result.stderr}"
+        )
+    return result
+
+
+def kb_json(*args: str | Path, env: dict[str, str] | None = None) -> list[dict]:
+    """The records of a command that must succeed, run with --json."""
+    return kb_checked(*args, "--json", env=env).records
+
+
+def doc_of(task: dict, env: dict[str, str] | None = None) -> dict:
+    """The document record of a task's document, checked as one."""
+    [record] = kb_json("status", task["document_id"], env=env)
+    assert_doc_record(record)
+    return record
+
+
+def finish(proc: subprocess.Popen, args: tuple = (), timeout: float = 60) -> Result:
+    """The result of a started `kb` (start_kb), its output checked as kb_checked's."""
+    out, err = proc.communicate(timeout=timeout)
+    result = Result(proc.returncode, out, err)
+    check_output_hygiene(tuple(str(a) for a in args), result)
+    return result

@@ -1,0 +1,74 @@
+"""What a fresh `kb` process brings with it: the modules it loads, KB_TOKEN and the umask
+from its environment, a reader that closes the pipe early."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import kb_env, run_in_process, run_kb
+
+
+@pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--json"]])
+def test_help_and_status_import_no_model(args):
+    """numpy, the tokenizer, jieba and the parsers load only where they are used."""
+    # the schema exists (creating it loads SQLAlchemy)
+    assert run_in_process("db", "upgrade").code == 0
+    code = (
+        "import sys\nfrom kb_cli.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy'}\n"
+        "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_cli_subprocess_respects_tokens(tmp_path):
+    admin = run_kb("user", "add", "root", "--role", "admin", "--json").record["token"]
+    assert run_kb("status", "--json").code == 5
+    assert run_kb("status", "--json", env=kb_env(KB_TOKEN=admin)).code == 0
+
+
+def test_a_closed_pipe_is_not_an_error(tmp_path):
+    paths = []
+    for i in range(200):
+        path = tmp_path / f"d{i}.txt"
+        path.write_text("x")
+        paths.append(str(path))
+    run_kb("upload", *paths)
+    command = f"{sys.executable} -m kb_cli status --json | head -1"
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        env=kb_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["document_id"]
+    assert done.stderr == ""
+
+
+def test_a_tighter_umask_is_respected(tmp_path, kb_home):
+    if os.geteuid() != 0:
+        pytest.skip("a umask that takes away the owner's write bit leaves only root writing")
+    note = tmp_path / "note.txt"
+    note.write_text("words")
+    old = os.umask(0o277)  # files 0400, directories 0500
+    try:
+        result = run_kb("upload", str(note), "--json")
+    finally:
+        os.umask(old)
+    assert result.code == 0, result.stderr
+    created = [kb_home, *kb_home.rglob("*")]
+    assert len(created) > 3
+    for path in created:
+        assert stat.S_IMODE(path.stat().st_mode) & 0o277 == 0, path.name
