@@ -210,6 +210,36 @@ def hits(invoke, query: str) -> list[dict]:
 # --- the test's database ---------------------------------------------------------------
 
 
+def later(seconds: float):
+    """This test's knowledge base as a worker or doctor sees it `seconds` from now: a
+    lease runs out by moving the clock, never by sleeping through it."""
+    from datetime import UTC
+
+    from kb_cli.app import Kb
+    from kb_cli.clock import ManualClock
+    from kb_cli.config import resolve_settings
+
+    kb = Kb.open(resolve_settings(), actor="tester")
+    kb.clock = ManualClock(datetime.now(UTC) + timedelta(seconds=seconds))
+    return kb
+
+
+def work_later(seconds: float, worker_id: str, task_id: str | None = None, **options):
+    """One claim attempt by an in-process worker whose clock is `seconds` ahead, logging
+    to stderr as `kb work` does: its result (claimed, task record)."""
+    from kb_cli.console import PlainWorkerLog
+    from kb_cli.worker import Worker, WorkerOptions
+
+    listener = PlainWorkerLog(worker_id)
+    worker = Worker(later(seconds), WorkerOptions(worker_id=worker_id, **options), listener)
+    try:
+        [result] = list(worker.run(task_id))
+    finally:
+        listener.close()
+        worker.kb.db.close()
+    return result
+
+
 def db_rows(query: str, **params) -> list[dict]:
     """Rows of a query against this test's database, whatever the engine."""
     from kb_cli.config import resolve_settings

@@ -5,15 +5,27 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
 from kb_cli.services import doctor, documents
-from tests.helpers import ON_POSTGRES, db_rows, run_kb, start_kb, wait_until, write_lock_held
+from kb_cli.worker import Worker, WorkerOptions
+from tests.helpers import (
+    ON_POSTGRES,
+    db_rows,
+    later,
+    run_kb,
+    start_kb,
+    wait_until,
+    work_later,
+    write_lock_held,
+)
 
 STAGES = ["download", "parse", "embedding", "indexing", "finalizing"]
 
@@ -58,28 +70,26 @@ EVERY_STAGE_SLOW = [
 ]
 
 
+# The killed worker's lease (60 s by default) runs out on the rescuer's clock, which is
+# this far ahead: nothing sleeps through a lease.
+PAST_THE_LEASE = 61
+
+
 @pytest.mark.parametrize("stage", EVERY_STAGE_SLOW)
-def test_killed_worker_is_reclaimed_after_its_lease(tmp_path, kb_home, stage):
+def test_killed_worker_is_reclaimed_after_its_lease(tmp_path, kb_home, stage, capsys):
     task = submit_text(tmp_path)
-    victim = start_kb(
-        "work", "--worker-id", "victim", "--lease-seconds", "1", "--stage-delay", "0.15"
-    )
+    victim = start_kb("work", "--worker-id", "victim", "--stage-delay", "0.15")
     wait_for_stage(kb_home, task["task_id"], stage)
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=10)
     assert task_row(kb_home, task["task_id"])["status"] == "running"  # stuck, for now
-    wait_until(
-        lambda: (
-            task_row(kb_home, task["task_id"])["lease_expires_at"]
-            < time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-        ),
-        interval=0.1,
-    )
-    rescuer = run_kb("work", "--worker-id", "rescuer", "--json")
-    assert rescuer.code == 0
-    assert (f"reclaimed task={task['task_id']} from=victim worker=rescuer") in rescuer.stderr
-    final = rescuer.record["task"]
-    assert final["status"] == "succeeded" and final["attempt"] == 2
+    assert work_later(1, "early").claimed is False  # the lease still runs
+    capsys.readouterr()
+    rescued = work_later(PAST_THE_LEASE, "rescuer")
+    log = capsys.readouterr().err
+    assert f"reclaimed task={task['task_id']} from=victim worker=rescuer" in log
+    final = rescued.task
+    assert final.status == "succeeded" and final.attempt == 2
     indexes = [r["chunk_index"] for r in db_rows("SELECT chunk_index FROM chunks ORDER BY 1")]
     assert indexes == list(range(len(indexes))) and indexes  # no duplicates
     history = run_kb("status", task["task_id"], "--json").record
@@ -90,19 +100,16 @@ def test_killed_worker_is_reclaimed_after_its_lease(tmp_path, kb_home, stage):
 @pytest.mark.slow
 def test_worker_lost_too_often_ends_failed(tmp_path, kb_home):
     task = submit_text(tmp_path)
-    for attempt in (1, 2):
-        victim = start_kb(
-            "work", "--lease-seconds", "0.5", "--stage-delay", "0.15", "--max-attempts", "2"
-        )
-        running = {"status": "running", "attempt": attempt}
-        wait_until(
-            lambda want=running: _matches(task_row(kb_home, task["task_id"]), want), interval=0.02
-        )
-        victim.send_signal(signal.SIGKILL)
-        victim.communicate(timeout=10)
-        time.sleep(0.7)
-    final = run_kb("work", task["task_id"], "--max-attempts", "2", "--json")
-    assert final.code == 0 and final.record["claimed"] is False
+    victim = start_kb("work", "--stage-delay", "0.15", "--max-attempts", "2")
+    running = {"status": "running", "attempt": 1}
+    wait_until(lambda: _matches(task_row(kb_home, task["task_id"]), running), interval=0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=10)
+    # A second worker reclaims it and is lost as well: it claims and never finishes.
+    second = later(PAST_THE_LEASE)
+    assert Worker(second, WorkerOptions(worker_id="second", max_attempts=2)).claim() is not None
+    final = work_later(2 * PAST_THE_LEASE, "third", task["task_id"], max_attempts=2)
+    assert final.claimed is False
     row = task_row(kb_home, task["task_id"])
     assert row["status"] == "failed" and row["error_code"] == "worker_lost"
     assert run_kb("status", task["document_id"], "--json").record["status"] == "failed"
@@ -113,14 +120,13 @@ def test_worker_lost_too_often_ends_failed(tmp_path, kb_home):
 def test_a_stopped_worker_whose_lease_was_stolen_writes_nothing(tmp_path, kb_home):
     task = submit_text(tmp_path, paragraphs=6)
     sleeper = start_kb(
-        "work", "--worker-id", "sleeper", "--lease-seconds", "1", "--stage-delay", "0.2", "--json"
+        "work", "--worker-id", "sleeper", "--lease-seconds", "3", "--stage-delay", "0.2", "--json"
     )
     wait_for_stage(kb_home, task["task_id"], "embedding")
     sleeper.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(1.5)
-        thief = run_kb("work", "--worker-id", "thief", "--json")
-        assert thief.record["task"]["status"] == "succeeded"
+        thief = work_later(4, "thief")  # the sleeper's lease has run out for the thief
+        assert thief.task.status == "succeeded"
         before = task_row(kb_home, task["task_id"])
         chunks_before = chunk_count(kb_home, task["task_id"])
     finally:
@@ -190,10 +196,9 @@ def test_transient_read_error_waits_then_succeeds(tmp_path, kb_home):
     assert waiting["retry_at"] and "/" not in waiting["error_detail"]
     assert run_kb("status", task["document_id"], "--json").record["status"] == "processing"
     os.rename(hidden, stored)
-    time.sleep(0.4)
-    second = run_kb("work", "--json").record["task"]
-    assert second["status"] == "succeeded" and second["attempt"] == 2
-    assert second["error_code"] is None and second["retry_at"] is None
+    second = work_later(1, "second").task  # 0.2 s x jitter (at most 1.5) has passed
+    assert second.status == "succeeded" and second.attempt == 2
+    assert second.error_code is None and second.retry_at is None
 
 
 def test_damaged_pdf_fails_once_without_automatic_retry(tmp_path, kb_home):
@@ -232,7 +237,7 @@ def test_eight_workers_drain_many_documents_exactly_once(tmp_path, kb_home):
 
 def test_doctor_finds_and_repairs_what_is_safe(tmp_path, kb_home):
     task = submit_text(tmp_path)
-    victim = start_kb("work", "--lease-seconds", "0.5", "--stage-delay", "0.15")
+    victim = start_kb("work", "--stage-delay", "0.15")
     wait_for_stage(kb_home, task["task_id"], "parse")
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=10)
@@ -240,15 +245,13 @@ def test_doctor_finds_and_repairs_what_is_safe(tmp_path, kb_home):
     orphan.parent.mkdir(parents=True, exist_ok=True)
     orphan.write_bytes(b"left behind")
     os.utime(orphan, (time.time() - 3600, time.time() - 3600))
-    time.sleep(0.6)
-    found = run_kb("doctor", "--json")
+    found = run_kb("doctor", "--json")  # now: the lease still runs
     assert found.code == 4 and found.error["error"] == "conflict"
-    kinds = {p["kind"] for p in json.loads(found.stdout)["problems"]}
+    assert {p["kind"] for p in json.loads(found.stdout)["problems"]} == {"orphan_object"}
+    kinds = {p.kind for p in doctor.check(later(PAST_THE_LEASE)).problems}
     assert kinds == {"expired_lease", "orphan_object"}
-    repaired = run_kb("doctor", "--repair", "--json")
-    assert repaired.code == 0
-    report = json.loads(repaired.stdout)
-    assert report["ok"] is True and {p["kind"] for p in report["repaired"]} == kinds
+    report = doctor.check(later(PAST_THE_LEASE), repair=True)
+    assert report.ok and {p.kind for p in report.repaired} == kinds
     assert not orphan.exists()
     assert task_row(kb_home, task["task_id"])["status"] == "queued"
     doctor_is_clean()
@@ -259,9 +262,7 @@ def test_worker_that_loses_its_database_connection_exits_and_is_reclaimed(tmp_pa
     from sqlalchemy import create_engine, text
 
     task = submit_text(tmp_path, paragraphs=4)
-    worker = start_kb(
-        "work", "--worker-id", "cut-off", "--lease-seconds", "1", "--stage-delay", "0.3"
-    )
+    worker = start_kb("work", "--worker-id", "cut-off", "--stage-delay", "0.3")
     wait_for_stage(kb_home, task["task_id"], "embedding")
     database = os.environ["DATABASE_URL"].rsplit("/", 1)[1]
     admin = create_engine(os.environ["KB_TEST_POSTGRES_URL"], isolation_level="AUTOCOMMIT")
@@ -280,9 +281,8 @@ def test_worker_that_loses_its_database_connection_exits_and_is_reclaimed(tmp_pa
     assert "database server" in err and "Traceback" not in err
     assert "lease expires" in err
     assert task_row(kb_home, task["task_id"])["status"] == "running"
-    time.sleep(1.2)
-    rescued = run_kb("work", "--json").record["task"]
-    assert rescued["status"] == "succeeded" and rescued["attempt"] == 2
+    rescued = work_later(PAST_THE_LEASE, "rescuer").task
+    assert rescued.status == "succeeded" and rescued.attempt == 2
 
 
 @pytest.mark.skipif(not ON_POSTGRES, reason="a PostgreSQL server connection")
@@ -326,23 +326,26 @@ def test_a_connection_interrupted_while_rolling_back_is_not_reused(kb, tmp_path,
 @pytest.mark.slow
 def test_two_workers_reclaiming_the_same_task_by_name_only_one_wins(tmp_path, kb_home):
     task = submit_text(tmp_path)
-    victim = start_kb(
-        "work", "--worker-id", "victim", "--lease-seconds", "1", "--stage-delay", "0.15"
-    )
+    victim = start_kb("work", "--worker-id", "victim", "--stage-delay", "0.15")
     wait_for_stage(kb_home, task["task_id"], "parse")
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=10)
-    time.sleep(1.2)  # the lease has expired: the task is claimable again
+    results: dict[str, Any] = {}
+
+    def race(name: str) -> None:
+        results[name] = work_later(PAST_THE_LEASE, name, task["task_id"])
+
     with write_lock_held(task["task_id"]):  # both claimers queue behind this lock
-        racers = [
-            start_kb("work", task["task_id"], "--worker-id", name, "--json")
-            for name in ("r1", "r2")
-        ]
+        racers = [threading.Thread(target=race, args=(name,)) for name in ("r1", "r2")]
+        for racer in racers:
+            racer.start()
         time.sleep(1.5)
-    results = [json.loads(racer.communicate(timeout=60)[0]) for racer in racers]
-    assert sorted(result["claimed"] for result in results) == [False, True]
-    [winner] = [result for result in results if result["claimed"]]
-    assert winner["task"]["status"] == "succeeded" and winner["task"]["attempt"] == 2
+    for racer in racers:
+        racer.join(60)
+    outcomes = list(results.values())
+    assert sorted(result.claimed for result in outcomes) == [False, True]
+    [winner] = [result for result in outcomes if result.claimed]
+    assert winner.task.status == "succeeded" and winner.task.attempt == 2
     reclaims = db_rows("SELECT id FROM audit_events WHERE action = 'reclaim'")
     assert len(reclaims) == 1
     doctor_is_clean()
