@@ -13,7 +13,7 @@ import pytest
 
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from tests.helpers import ON_POSTGRES, STRIPPED, Result, postgres_database, run_in_process, run_kb
+from tests.helpers import ON_POSTGRES, STRIPPED, Result, postgres_database, run_in_process
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,11 +48,6 @@ def kb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def kb(kb_home: Path) -> Kb:
     """The service layer on this test's home, in process."""
     return Kb.open(resolve_settings(), actor="tester")
-
-
-@pytest.fixture
-def cli():
-    return run_kb
 
 
 @pytest.fixture
