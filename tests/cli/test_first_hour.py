@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb_cli import console
+from kb_cli.console import waiting
 from tests.helpers import ON_POSTGRES
 
 
@@ -56,7 +56,7 @@ def test_wait_times_out_with_exit_7(invoke, tmp_path):
 
 
 def test_wait_says_when_no_worker_has_claimed_the_task(invoke, tmp_path, monkeypatch):
-    monkeypatch.setattr(console, "NO_WORKER_HINT_SECONDS", 0.3)
+    monkeypatch.setattr(waiting, "NO_WORKER_HINT_SECONDS", 0.3)
     task = upload(invoke, tmp_path, "a.md", "# T\n\nwords\n", "--submit")
     result = invoke("status", task["task_id"], "--wait", "--timeout", "1")
     assert result.code == 7

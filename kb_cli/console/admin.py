@@ -1,0 +1,92 @@
+"""The records of the admin commands: reindex progress and report, doctor, a new user,
+bases and the schema upgrade."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from kb_cli.console.core import (
+    PLAIN_PROGRESS_INTERVAL,
+    emit,
+    is_fancy,
+    log,
+    print_records,
+    write_json,
+)
+
+
+class Progress:
+    """done/total of one long job: a rich bar on a terminal, a line now and then
+    otherwise (on stderr, so stdout keeps only the result)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._bar = None
+        self._last = 0.0
+        if is_fancy(sys.stderr):
+            from rich.console import Console
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=None)
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total)
+        elif done == total or time.monotonic() - self._last >= PLAIN_PROGRESS_INTERVAL:
+            self._last = time.monotonic()
+            log(f"{self.label} {done}/{total}")
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def print_reindex(report: Any, as_json: bool) -> None:
+    if as_json:
+        write_json(report)
+    else:
+        emit(f"embedded {report.chunks} chunks of {report.revisions} revisions with {report.model}")
+
+
+def print_doctor(report: Any, as_json: bool) -> None:
+    if as_json:
+        write_json(report)
+        return
+    for fix in report.repaired:
+        emit(f"repaired {fix.kind} {fix.id}: {fix.detail}")
+    for problem in report.problems:
+        emit(f"problem {problem.kind} {problem.id}: {problem.detail}")
+    if report.ok:
+        emit("ok: every invariant holds")
+
+
+def print_new_user(new_user: Any, as_json: bool) -> None:
+    if as_json:
+        write_json(new_user)
+        return
+    teams_shown = f" teams={','.join(new_user.teams)}" if new_user.teams else ""
+    emit(f"user {new_user.user} role={new_user.role}{teams_shown}")
+    emit(f"token {new_user.token}")
+    log("the token is shown only once: store it now (export KB_TOKEN=...)")
+
+
+def print_bases(records: list[Any], as_json: bool) -> None:
+    if as_json:
+        print_records(records, True)
+        return
+    for record in records:
+        readers = "teams " + ", ".join(record.teams) if record.teams else "everyone"
+        grants = f"; granted to {', '.join(record.grants)}" if record.grants else ""
+        count = f"{record.documents} document" + ("" if record.documents == 1 else "s")
+        emit(f"{record.base}: {count}; read by {readers}{grants}")
+
+
+def print_upgrade(before: str | None, after: str, as_json: bool) -> None:
+    if as_json:
+        write_json({"from_revision": before, "to_revision": after})
+    else:
+        emit(f"schema at revision {after}" + (f" (was {before})" if before != after else ""))

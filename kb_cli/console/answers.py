@@ -1,0 +1,51 @@
+"""Search hits and the scores of `kb eval`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from kb_cli.console.core import emit, is_fancy, log, print_records, visible
+from kb_cli.records import SearchHit
+
+
+def search_line(hit: SearchHit) -> str:
+    place = f" page={hit.page}" if hit.page else ""
+    place += f" heading={json.dumps(hit.heading, ensure_ascii=False)}" if hit.heading else ""
+    snippet = " ".join(hit.snippet.split())
+    ranks = "".join(
+        f" {name}#{rank}"
+        for name, rank in (("words", hit.lexical_rank), ("meaning", hit.vector_rank))
+        if rank is not None
+    )
+    chunks = f" chunks={hit.passage[0]}-{hit.passage[1]}" if hit.passage else ""
+    return (
+        f"{hit.score:.3f} {visible(hit.filename)} rev={hit.revision} "
+        f"chunk={hit.chunk_index}{place}{ranks}{chunks}\n"
+        f"    {snippet}"
+    )
+
+
+def print_search(result: Any, as_json: bool) -> None:
+    for warning in result.warnings:
+        log(f"kb: warning: {warning}")
+    print_records(result.hits, as_json)
+    if not result.hits and not as_json and is_fancy(sys.stderr):
+        log(
+            "no hits: search serves published revisions only; "
+            "`kb status --status review_pending` lists what waits for `kb publish`"
+        )
+
+
+def print_eval(results: list[Any], summary: Any) -> None:
+    """One line per question (rank of the first expected document), then the scores."""
+    for result in results:
+        rank = f"#{result.first_expected_rank}" if result.first_expected_rank else "miss"
+        leak = f"  LEAK {', '.join(result.forbidden_returned)}" if result.forbidden_returned else ""
+        emit(f"{rank:>4}  {result.question}  -> {', '.join(result.expected)}{leak}")
+    emit(
+        f"{summary.questions} questions, k={summary.k}: hit@1 {summary.hit_at_1:.2f}  "
+        f"hit@{summary.k} {summary.hit_at_k:.2f}  recall@{summary.k} {summary.recall_at_k:.2f}  "
+        f"MRR {summary.mrr:.2f}  forbidden returned {summary.forbidden_leaks}"
+    )

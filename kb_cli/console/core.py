@@ -1,0 +1,191 @@
+"""What every renderer uses: stdout and stderr lines, JSON Lines, the terminal check,
+safe cells and status colours, and `print_records`, which hands each kind of record to
+the renderer beside it.
+
+Rich is used only when the stream is a terminal and neither CI=true nor NO_COLOR is
+set; otherwise output is plain lines with no escape codes, for scripts and logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from kb_cli.lifecycle import Stage
+from kb_cli.records import AuditRecord, DocumentRecord, SearchHit, TaskRecord
+
+PLAIN_PROGRESS_INTERVAL = 0.5
+
+
+def is_fancy(stream: TextIO) -> bool:
+    """True when rich colour and live progress are allowed on this stream."""
+    if os.environ.get("NO_COLOR") is not None or os.environ.get("CI", "").lower() == "true":
+        return False
+    if os.environ.get("TERM") == "dumb":
+        return False
+    return stream.isatty()
+
+
+class OutputClosed(Exception):
+    """Whoever read stdout stopped reading (`kb status --json | head -1`)."""
+
+
+def emit(line: str) -> None:
+    """One line on stdout."""
+    try:
+        sys.stdout.write(line + "\n")
+    except BrokenPipeError:
+        raise OutputClosed() from None
+
+
+# One encoder for every line: json.dumps with options builds a new one per call.
+# NaN and Infinity are not JSON: a record holding one is a bug, never a line on stdout.
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def write_json(record: Any) -> None:
+    data = record.to_dict() if hasattr(record, "to_dict") else record
+    emit(_JSON.encode(data))
+
+
+def log(message: str) -> None:
+    """A log line on stderr."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def short(identifier: str | None) -> str:
+    return identifier[:8] if identifier else "-"
+
+
+def print_records(records: Iterable[Any], as_json: bool) -> None:
+    """Print records as JSON Lines; otherwise one readable line each, or on a terminal
+    a small panel for one task or document and a table for several."""
+    from kb_cli.console.answers import search_line
+    from kb_cli.console.history import audit_line
+    from kb_cli.console.tasks import document_line, task_line
+
+    records = list(records)
+    if not as_json and records and is_fancy(sys.stdout) and _print_on_terminal(records):
+        return
+    for record in records:
+        if as_json:
+            write_json(record)
+        elif isinstance(record, TaskRecord):
+            emit(task_line(record))
+        elif isinstance(record, DocumentRecord):
+            emit(document_line(record))
+        elif isinstance(record, SearchHit):
+            emit(search_line(record))
+        elif isinstance(record, AuditRecord):
+            emit(audit_line(record))
+        else:
+            emit(str(record))
+
+
+def _print_on_terminal(records: list[Any]) -> bool:
+    from kb_cli.console.history import _print_history
+    from kb_cli.console.tasks import _document_panel, _document_table, _task_panel, _task_table
+
+    kinds = {type(record) for record in records}
+    if kinds == {AuditRecord}:
+        _print_history(records)
+    elif kinds == {DocumentRecord}:
+        console = _console()
+        console.print(
+            _document_panel(records[0])
+            if len(records) == 1
+            else _document_table(records, console.width)
+        )
+    elif kinds == {TaskRecord}:
+        _console().print(_task_panel(records[0]) if len(records) == 1 else _task_table(records))
+    else:
+        return False
+    return True
+
+
+# --- shared by the renderers -------------------------------------------------------
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _cell(text: object) -> str:
+    """Text from the database, safe in a rich cell: markup escaped, and control
+    characters shown as escapes, so a file name can neither drive the terminal (ESC
+    sequences) nor forge a table row (a newline)."""
+    from rich.markup import escape
+
+    return escape(visible(str(text)))
+
+
+def _count(stage: str, done: int, total: int) -> str:
+    """Progress of a stage: bytes for the download, items for the others."""
+    if stage == Stage.DOWNLOAD:
+        return f"{_size(done)}/{_size(total)}" if total else ""
+    return f"{done}/{total}" if total else ""
+
+
+def _size(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+_STATUS_STYLE = {
+    "succeeded": "green",
+    "published": "bold green",
+    "review_pending": "cyan",
+    "running": "yellow",
+    "processing": "yellow",
+    "queued": "blue",
+    "retry_wait": "magenta",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "draft": "dim",
+}
+
+
+def visible(text: str) -> str:
+    """Control and format characters (C0, C1, DEL, bidi overrides, line separators)
+    as backslash escapes; everything printable, Chinese included, as it is."""
+    if text.isprintable():
+        return text
+    import unicodedata
+
+    return "".join(
+        char.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(char) in _INVISIBLE
+        else char
+        for char in text
+    )
+
+
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def _styled(status: str) -> str:
+    style = _STATUS_STYLE.get(status)
+    return f"[{style}]{status}[/{style}]" if style else status
+
+
+def cell_len_of(text: str) -> int:
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def _cut(text: str, width: int) -> str:
+    from rich.text import Text
+
+    cut = Text(text)
+    cut.truncate(width, overflow="ellipsis")
+    return cut.plain

@@ -1,0 +1,73 @@
+"""`kb demo`: each step as it happens, then what happened to each file."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from kb_cli.console.core import _cell, _console, _cut, _styled, cell_len_of, emit, is_fancy
+
+_DEMO_STYLES = {
+    "race": "cyan",
+    "cancel": "yellow",
+    "retry": "magenta",
+    "publish": "green",
+    "search": "blue",
+    "done": "bold green",
+}
+
+
+class DemoLog:
+    """Each demo step as one line: coloured on a terminal (wrapped lines stay aligned
+    under the message), plain otherwise."""
+
+    def __init__(self) -> None:
+        self.fancy = is_fancy(sys.stdout)
+        if self.fancy:
+            self.console = _console()
+
+    def __call__(self, event: Any) -> None:
+        if not self.fancy:
+            emit(f"{event.step}: {event.message}")
+            sys.stdout.flush()
+            return
+        style = _DEMO_STYLES.get(event.step, "white")
+        self.console.print(_indented(f"[{style}]{event.step:>8}[/{style}]", _cell(event.message)))
+
+
+def _indented(label: str, text: str):
+    """`label  text`, the text wrapping under itself rather than under the label."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(label, text)
+    return grid
+
+
+def print_demo_summary(outcomes: list[Any]) -> None:
+    if not is_fancy(sys.stdout):
+        emit("summary:")
+        for o in outcomes:
+            emit(
+                f"  {o.filename}: document={o.status} task={o.task_status} "
+                f"attempt={o.attempt} error={o.error_code or '-'} "
+                f"claimed_by={','.join(o.won_by) or '-'} outcome={'; '.join(o.notes)}"
+            )
+        return
+    console = _console()
+    console.print("\n[bold]kb demo: what happened to each file[/bold]")
+    name_width = min(max(cell_len_of(o.filename) for o in outcomes), 28)
+    for o in outcomes:
+        error = f" [red]{o.error_code}[/red]" if o.error_code else ""
+        name = _cell(_cut(o.filename, name_width))
+        padding = " " * (name_width - cell_len_of(_cut(o.filename, name_width)))
+        status_padding = " " * (len("review_pending") - len(o.status))
+        console.print(
+            f"[bold]{name}[/bold]{padding}  {_styled(o.status)}{status_padding}  task "
+            f"{_styled(o.task_status)}{error}, attempt {o.attempt}"
+        )
+        story = " → ".join(o.notes)
+        claimed = f" (claimed by {' then '.join(o.won_by)})" if o.won_by else ""
+        console.print(_indented("  ", f"[dim]{_cell(story + claimed)}[/dim]"))

@@ -1,0 +1,36 @@
+"""The audit trail: one line per event, or on a terminal aligned columns."""
+
+from __future__ import annotations
+
+import json
+
+from kb_cli.console.core import _cell, _console, short
+from kb_cli.records import AuditRecord
+
+
+def audit_line(event: AuditRecord) -> str:
+    change = f"{event.from_status or '-'} -> {event.to_status or '-'}"
+    detail = f" {json.dumps(event.detail, ensure_ascii=False)}" if event.detail else ""
+    return f"{event.at} {event.actor} {event.action} {event.entity_id} {change}{detail}"
+
+
+def _print_history(events: list[AuditRecord]) -> None:
+    """One line per event (time, actor, action, entity, change), and its detail after
+    it on the same line when it fits, else on the next line, indented."""
+    from rich.cells import cell_len
+
+    console = _console()
+    console.print(f"{len(events)} events, oldest first", style="bold")
+    for event in events:
+        change = f"{event.from_status or '-'} → {event.to_status or '-'}"
+        head = (
+            f"{event.at[:19].replace('T', ' ')}  {event.actor[:16]:<8}  {event.action:<9} "
+            f"{short(event.entity_id)}  {change}"
+        )
+        detail = event.detail or ""
+        line = f"{_cell(head)}"
+        if detail and cell_len(head) + 2 + cell_len(detail) <= console.width:
+            line += f"  [dim]{_cell(detail)}[/dim]"
+        elif detail:
+            line += f"\n    [dim]{_cell(detail)}[/dim]"
+        console.print(line, overflow="fold")

@@ -1,0 +1,108 @@
+"""Live stage bars of one task, shared by `kb work` and `kb status --wait`, and how
+a task ended."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from kb_cli.console.core import _cell, _count, short
+from kb_cli.lifecycle import Stage
+from kb_cli.records import TaskRecord
+
+if TYPE_CHECKING:  # rich is loaded only when a terminal shows something
+    from rich.progress import TaskID
+
+STAGES = list(Stage)
+
+
+class LiveStages:
+    """One rich progress bar per stage, for one task at a time, on stderr."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True, highlight=False)
+        self.progress = Progress(
+            TextColumn("{task.fields[mark]} {task.description:<10}"),
+            BarColumn(bar_width=24),
+            TextColumn("{task.fields[count]:>17}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[rate]}"),
+            console=self.console,
+        )
+        self.live = Live(
+            self.progress, console=self.console, refresh_per_second=10, transient=False
+        )
+        self.bars: dict[str, TaskID] = {}
+        self.started: dict[str, float] = {}
+
+    def start(self, header: str) -> None:
+        self.console.print(header)
+        self.live.start()
+
+    def stop(self) -> None:
+        self.live.stop()
+
+    def reset(self) -> None:
+        for bar in self.bars.values():
+            self.progress.remove_task(bar)
+        self.bars.clear()
+        self.started.clear()
+
+    def update(self, stage: str, done: int, total: int, failed: bool = False) -> None:
+        """Show `stage` at done/total; every earlier stage is complete by then."""
+        for earlier in STAGES[: STAGES.index(Stage(stage))]:
+            self._ensure(earlier)
+            task = self.progress.tasks[self._position(earlier)]
+            if not task.finished:
+                whole = task.total or 1
+                self.progress.update(self.bars[earlier], total=whole, completed=whole, mark=_DONE)
+        self._ensure(stage)
+        elapsed = max(time.monotonic() - self.started[stage], 1e-6)
+        rate = f"{done / elapsed:,.0f}/s" if done and stage != Stage.DOWNLOAD else ""
+        finished = total > 0 and done >= total
+        mark = _FAILED if failed else _DONE if finished else "[yellow]…[/yellow]"
+        self.progress.update(
+            self.bars[stage],
+            total=max(total, 1) if total else None,
+            completed=done,
+            count=_count(stage, done, total),
+            rate=rate,
+            mark=mark,
+        )
+
+    def _position(self, stage: str) -> int:
+        return [task.id for task in self.progress.tasks].index(self.bars[stage])
+
+    def _ensure(self, stage: str) -> None:
+        if stage not in self.bars:
+            self.bars[stage] = self.progress.add_task(
+                stage, total=None, mark=" ", rate="", count=""
+            )
+            self.started[stage] = time.monotonic()
+
+    def print(self, message: str) -> None:
+        self.console.print(message)
+
+
+_DONE = "[green]✓[/green]"
+_FAILED = "[red]✗[/red]"
+
+
+def _task_title(task: TaskRecord, filename: str) -> str:
+    name = _cell(filename)
+    return f"task [cyan]{short(task.task_id)}[/cyan] [bold]{name}[/bold] rev {task.revision}"
+
+
+def _outcome_lines(task: TaskRecord) -> list[str]:
+    """How a task ended, in colour: the status, and the error code with its detail."""
+    colour = {"succeeded": "green", "failed": "red"}.get(task.status, "yellow")
+    status = f"[{colour}]{task.status}[/{colour}]"
+    lines = [f"{status} task {short(task.task_id)} attempt {task.attempt}"]
+    if task.error_code:
+        where = f" at {task.stage}" if task.status == "failed" else ""
+        lines.append(f"[red]{task.error_code}{where}: {_cell(task.error_detail or '')}[/red]")
+    return lines

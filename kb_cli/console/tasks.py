@@ -1,0 +1,242 @@
+"""Tasks and documents: one plain line each, or on a terminal a panel for one and a
+table for several."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+
+from kb_cli.console.core import (
+    _cell,
+    _console,
+    _count,
+    _size,
+    _styled,
+    is_fancy,
+    print_records,
+    short,
+)
+from kb_cli.records import DocumentRecord, TaskRecord
+
+WIDE = 110  # columns from which the document table shows every field of the latest task
+
+
+def task_line(task: TaskRecord) -> str:
+    parts = [
+        f"task {task.task_id}",
+        f"document={task.document_id}",
+        f"status={task.status}",
+        f"stage={task.stage}",
+        f"progress={task.completed}/{task.total}",
+        f"attempt={task.attempt}",
+    ]
+    if task.worker_id:
+        parts.append(f"worker={task.worker_id}")
+    if task.lease_expires_at and task.status == "running":
+        parts.append(f"lease_expires_at={task.lease_expires_at}")
+    if task.retry_at:
+        parts.append(f"retry_at={task.retry_at}")
+    if task.error_code:
+        parts.append(f"error={task.error_code}")
+        parts.append(f"detail={json.dumps(task.error_detail, ensure_ascii=False)}")
+    return " ".join(parts)
+
+
+def document_line(document: DocumentRecord) -> str:
+    parts = [
+        f"document {document.document_id}",
+        f"file={json.dumps(document.filename, ensure_ascii=False)}",
+        f"status={document.status}",
+        f"version={document.version}",
+        f"revision={document.revision}",
+        f"published_revision={document.published_revision or '-'}",
+        f"size={document.size_bytes}",
+    ]
+    task = document.latest_task
+    if task:
+        parts += [
+            f"task={task.task_id}",
+            f"task_status={task.status}",
+            f"stage={task.stage}",
+            f"progress={task.completed}/{task.total}",
+            f"attempt={task.attempt}",
+        ]
+        if task.error_code:
+            parts.append(f"error={task.error_code}")
+    return " ".join(parts)
+
+
+def _fields_panel(title: str, fields: list[tuple[str, str]]):
+    from rich import box
+    from rich.panel import Panel
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, value in fields:
+        grid.add_row(label, value)
+    return Panel(grid, title=title, title_align="left", box=box.ROUNDED, expand=False)
+
+
+def _task_fields(task: TaskRecord) -> list[tuple[str, str]]:
+    fields = [
+        ("status", _styled(task.status)),
+        ("stage", f"{task.stage} {_count(task.stage, task.completed, task.total)}".rstrip()),
+        ("attempt", str(task.attempt)),
+    ]
+    if task.error_code:
+        fields.append(("error", f"[red]{task.error_code}[/red]"))
+        fields.append(("detail", _cell(task.error_detail or "")))
+    if task.worker_id:
+        fields.append(("worker", _cell(task.worker_id)))
+    if task.status == "running" and task.lease_expires_at:
+        fields.append(("lease until", task.lease_expires_at))
+    if task.retry_at:
+        fields.append(("retry at", task.retry_at))
+    return fields
+
+
+def _task_panel(task: TaskRecord):
+    return _fields_panel(
+        f"task {task.task_id}",
+        [
+            ("document", task.document_id),
+            ("revision", str(task.revision)),
+            *_task_fields(task),
+            ("created", task.created_at),
+            ("updated", task.updated_at),
+        ],
+    )
+
+
+def _document_panel(document: DocumentRecord):
+    published = document.published_revision
+    fields = [
+        ("file", _cell(document.filename)),
+        ("status", _styled(document.status)),
+        ("size", f"{_size(document.size_bytes)} ({document.content_type})"),
+        ("sha256", document.sha256[:16] + "…"),
+        ("version", str(document.version)),
+        ("revision", f"{document.revision} (published: {published or 'none yet'})"),
+        ("created", document.created_at),
+        ("updated", document.updated_at),
+    ]
+    task = document.latest_task
+    if task is not None:
+        fields += [("latest task", task.task_id), *_task_fields(task)]
+    return _fields_panel(f"document {document.document_id}", fields)
+
+
+def _table(title: str):
+    from rich import box
+    from rich.table import Table
+
+    return Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, expand=False
+    )
+
+
+def _document_table(records: list[DocumentRecord], width: int):
+    """Short id, file, document status and the latest task: below WIDE columns the
+    task's status, stage, progress and error share one column; the file takes the room
+    that is left and is cut to fit, never wrapped."""
+    wide = width >= WIDE
+    now = datetime.now(UTC)
+    rows = []
+    for document in records:
+        task = document.latest_task
+        cells = _task_cells(task) if wide else [_task_summary(task)]
+        rows.append(
+            [
+                short(document.document_id),
+                _cell(document.filename),
+                _styled(document.status),
+                *cells,
+                _age(document.created_at, now),
+            ]
+        )
+    names = ["id", "file", "document"]
+    names += ["task", "stage", "progress", "attempt", "error"] if wide else ["task"]
+    names.append("age")
+    table = _table(f"{len(records)} documents, newest first")
+    widths = [
+        max([len(name)] + [_cell_width(row[i]) for row in rows]) for i, name in enumerate(names)
+    ]
+    room = width - (sum(widths) - widths[1]) - 3 * len(names)
+    for name in names:
+        if name == "file":
+            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=max(room, 8))
+        else:
+            table.add_column(name, no_wrap=True, justify="right" if name == "age" else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _cell_width(markup: str) -> int:
+    from rich.text import Text
+
+    return Text.from_markup(markup).cell_len
+
+
+def _task_cells(task: TaskRecord | None) -> list[str]:
+    if task is None:
+        return ["-", "", "", "", ""]
+    return [
+        _styled(task.status),
+        task.stage,
+        _count(task.stage, task.completed, task.total),
+        str(task.attempt),
+        f"[red]{task.error_code}[/red]" if task.error_code else "",
+    ]
+
+
+def _task_summary(task: TaskRecord | None) -> str:
+    """The latest task in one short cell: its status, and what matters in that status."""
+    if task is None:
+        return "-"
+    if task.error_code:
+        return f"{_styled(task.status)} [red]{task.error_code}[/red]"
+    if task.status == "running":
+        progress = _count(task.stage, task.completed, task.total)
+        return f"{_styled(task.status)} {task.stage} {progress}".rstrip()
+    return _styled(task.status)
+
+
+def _task_table(records: list[TaskRecord]):
+    table = _table(f"{len(records)} tasks")
+    for name in ("task", "document", "status", "stage", "attempt", "error"):
+        table.add_column(name, no_wrap=True)
+    for task in records:
+        table.add_row(
+            short(task.task_id),
+            short(task.document_id),
+            _styled(task.status),
+            task.stage,
+            str(task.attempt),
+            f"[red]{task.error_code}[/red]" if task.error_code else "",
+        )
+    return table
+
+
+def print_document_table(records: list[DocumentRecord], footer: str = "") -> None:
+    """`kb status` without an id: a table on a terminal (with a footer line), plain
+    lines otherwise."""
+    if not is_fancy(sys.stdout):
+        print_records(records, as_json=False)
+        return
+    console = _console()
+    console.print(_document_table(records, console.width))
+    if footer:
+        console.print(f"[dim]{_cell(footer)}[/dim]")
+
+
+def _age(stamp: str, now: datetime) -> str:
+    seconds = now - datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    total = int(seconds.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if total >= size:
+            return f"{total // size}{unit}"
+    return f"{total}s"

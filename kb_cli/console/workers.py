@@ -1,0 +1,173 @@
+"""`kb work`: the worker's plain log on stderr, or its live display on a terminal."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from kb_cli.console.core import PLAIN_PROGRESS_INTERVAL, _cell, log, short
+from kb_cli.console.stages import LiveStages, _outcome_lines, _task_title
+from kb_cli.lifecycle import Stage
+from kb_cli.records import TaskRecord
+
+if TYPE_CHECKING:  # rich is loaded only when a terminal shows something
+    from rich.live import Live
+
+
+class PlainWorkerLog:
+    """The contract's log lines on stderr; stage lines throttled within a stage, and an
+    idle worker says so once, not once per poll."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._last: tuple[str, int, int] | None = None
+        self._last_at = 0.0
+        self._idle = False
+
+    def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
+        self._idle = False
+        if reclaimed_from:
+            log(f"reclaimed task={task.task_id} from={reclaimed_from} worker={self.worker_id}")
+        log(
+            f"claimed task={task.task_id} worker={self.worker_id} status={task.status} "
+            f"attempt={task.attempt}"
+        )
+        log(
+            f"document={task.document_id} file={json.dumps(filename, ensure_ascii=False)} "
+            f"revision={task.revision}"
+        )
+        self._last = None
+
+    def missed(self, task_id: str | None) -> None:
+        if task_id:
+            log(f"claim missed task={task_id} worker={self.worker_id}")
+        elif not self._idle:
+            self._idle = True
+            log(f"no claimable task worker={self.worker_id}")
+
+    def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
+        now = time.monotonic()
+        new_stage = self._last is None or self._last[0] != stage
+        finished = total > 0 and done >= total
+        due = new_stage or finished or now - self._last_at >= PLAIN_PROGRESS_INTERVAL
+        if due and self._last != (stage, done, total):
+            log(f"stage={stage} {done}/{total}")
+            self._last, self._last_at = (stage, done, total), now
+
+    def finished(self, task: TaskRecord) -> None:
+        line = f"finished task={task.task_id} status={task.status} attempt={task.attempt}"
+        if task.error_code:
+            line += f" error={task.error_code} detail={json.dumps(task.error_detail)}"
+        log(line)
+
+    def released(self, task_id: str) -> None:
+        log(f"released task={task_id} worker={self.worker_id}")
+
+    def lost(self, task_id: str) -> None:
+        log(
+            f"claim lost task={task_id} worker={self.worker_id}: cancelled or reclaimed; "
+            "stopped without writing"
+        )
+
+    def gave_up(self, task_id: str, reason: str) -> None:
+        log(f"failed task={task_id} error=worker_lost detail={json.dumps(reason)}")
+
+    def close(self) -> None:
+        pass
+
+
+class LiveWorkerDisplay(PlainWorkerLog):
+    """`kb work` on a terminal: the same events, drawn as live bars; between tasks of a
+    --loop, one status line updated in place."""
+
+    def __init__(self, worker_id: str, loop: bool = False) -> None:
+        super().__init__(worker_id)
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+        self.loop = loop
+        self.live: LiveStages | None = None
+        self.idle: Live | None = None  # the waiting line
+        self.idle_since: datetime | None = None
+        self.done = 0
+        self.last: str | None = None
+
+    def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
+        self._stop_idle()
+        self.last = f"{_cell(filename)} at {datetime.now().strftime('%H:%M:%S')}"
+        self.live = LiveStages()
+        note = ""
+        if reclaimed_from:
+            note = f" [magenta](reclaimed from {_cell(reclaimed_from)})[/magenta]"
+        self.live.start(
+            f"[bold]claimed[/bold] {_task_title(task, filename)} "
+            f"worker [cyan]{_cell(self.worker_id)}[/cyan] attempt {task.attempt}{note}"
+        )
+
+    def missed(self, task_id: str | None) -> None:
+        if task_id:
+            self.console.print(
+                f"[yellow]claim missed[/yellow]: task {short(task_id)} was taken by "
+                "another worker or is not claimable"
+            )
+        elif self.loop:
+            self._show_idle()
+        else:
+            self.console.print("[dim]no claimable task[/dim]")
+
+    def _show_idle(self) -> None:
+        from rich.live import Live
+
+        if self.idle is None:
+            self.idle_since = datetime.now()
+            self.idle = Live(console=self.console, transient=True, refresh_per_second=4)
+            self.idle.start()
+        last = f" · last claim: {self.last}" if self.last else ""
+        self.idle.update(
+            f"[dim]worker {_cell(self.worker_id)} waiting for tasks since "
+            f"{self.idle_since:%H:%M:%S} · {self.done} done{last} · Ctrl-C to stop[/dim]"
+        )
+
+    def _stop_idle(self) -> None:
+        if self.idle is not None:
+            self.idle.stop()
+            self.idle = None
+
+    def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
+        if self.live:
+            self.live.update(stage, done, total)
+
+    def finished(self, task: TaskRecord) -> None:
+        if not self.live:
+            return
+        if task.status == "failed":
+            self.live.update(task.stage, task.completed, task.total, failed=True)
+        self.live.stop()
+        for line in _outcome_lines(task):
+            self.live.print(line)
+        self.live = None
+        self.done += 1
+
+    def released(self, task_id: str) -> None:
+        self._after(f"[yellow]released[/yellow] task {short(task_id)}: back in the queue")
+
+    def lost(self, task_id: str) -> None:
+        self._after(
+            f"[yellow]claim lost[/yellow] task {short(task_id)}: cancelled or "
+            "reclaimed; stopped without writing"
+        )
+
+    def gave_up(self, task_id: str, reason: str) -> None:
+        self.console.print(f"[red]worker_lost[/red] task {short(task_id)}: {_cell(reason)}")
+
+    def close(self) -> None:
+        self._stop_idle()
+        if self.loop:
+            name = _cell(self.worker_id)
+            self.console.print(f"[dim]worker {name} stopped: {self.done} done[/dim]")
+
+    def _after(self, message: str) -> None:
+        if self.live:
+            self.live.print(message)
