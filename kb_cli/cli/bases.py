@@ -1,0 +1,94 @@
+"""Knowledge bases: the `kb base` sub-app."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kb_cli import console
+from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, TeamOption, open_kb
+from kb_cli.permissions import ADMINS, STATUS_READERS, Rule, Target
+
+base_app = typer.Typer(
+    help="""Knowledge bases: who reads which documents. Every document is in one base.
+
+    Example: kb base create engineering --team engineering && kb base grant engineering alice
+    """,
+    no_args_is_help=True,
+    context_settings=HELP_SETTINGS,
+)
+BASE_CREATE = Rule("base", ADMINS)
+BASE_LIST = Rule("base", STATUS_READERS, Target.BASE)
+BASE_MOVE = Rule("base", ADMINS, Target.DOCUMENT)
+BaseName = Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base name.")]
+
+
+@base_app.command("create")
+def base_create(
+    ctx: typer.Context, name: BaseName, teams: TeamOption = None, json_out: JsonFlag = False
+) -> None:
+    """Create a knowledge base (admin): readable by everyone, or only by the teams named.
+
+    Example: kb base create engineering --team engineering
+    """
+    from kb_cli.services import bases
+
+    console.print_bases([bases.create_base(open_kb(ctx, BASE_CREATE), name, teams or [])], json_out)
+
+
+@base_app.command("list")
+def base_list(ctx: typer.Context, json_out: JsonFlag = False) -> None:
+    """List the knowledge bases you may read, with their teams, grants and documents.
+
+    Example: kb base list --json
+    """
+    from kb_cli.services import bases
+
+    console.print_bases(bases.list_bases(open_kb(ctx, BASE_LIST)), json_out)
+
+
+@base_app.command("show")
+def base_show(ctx: typer.Context, name: BaseName, json_out: JsonFlag = False) -> None:
+    """Describe one knowledge base: who reads it and how many documents it holds.
+
+    Example: kb base show engineering
+    """
+    from kb_cli.services import bases
+
+    console.print_bases(bases.list_bases(open_kb(ctx, BASE_LIST, name), name), json_out)
+
+
+@base_app.command("grant")
+def base_grant(
+    ctx: typer.Context,
+    name: BaseName,
+    user: Annotated[str, typer.Argument(metavar="USER", help="User name.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Let one user read a base, and write there as far as their role allows (admin).
+
+    Example: kb base grant engineering carol
+    """
+    from kb_cli.services import bases
+
+    console.print_bases([bases.grant_base(open_kb(ctx, BASE_CREATE), name, user)], json_out)
+
+
+@base_app.command("move")
+def base_move(
+    ctx: typer.Context,
+    document_id: Annotated[
+        str, typer.Argument(metavar="DOCUMENT_ID", help="Document id or unique prefix.")
+    ],
+    name: BaseName,
+    json_out: JsonFlag = False,
+) -> None:
+    """Move a document, with its revisions and tasks, to another base (admin; audited).
+
+    Example: kb base move 3f2a9c company
+    """
+    from kb_cli.services import bases
+
+    record = bases.move_document(open_kb(ctx, BASE_MOVE, document_id), document_id, name)
+    console.print_records([record], json_out)

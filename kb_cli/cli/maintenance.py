@@ -1,0 +1,157 @@
+"""Maintenance: `kb reindex`, `kb doctor`, `kb demo` and the `kb db` sub-app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kb_cli import console
+from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, open_kb, settings_of
+from kb_cli.errors import UsageError
+from kb_cli.permissions import ADMINS, Rule
+
+REINDEX = Rule("reindex", ADMINS)
+
+
+def reindex(
+    ctx: typer.Context,
+    embeddings: Annotated[
+        bool,
+        typer.Option(
+            "--embeddings",
+            help="Embed every chunk that has no vector of the configured model.",
+        ),
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Re-embed stored chunks after the embedding model changed (admin).
+
+    Search compares only vectors of the configured model, so until this has run, chunks
+    embedded by another model rank by their words alone. Works in batches; stopped with
+    Ctrl-C, running it again resumes where it stopped.
+
+    Example: KB_EMBEDDINGS=openai kb reindex --embeddings
+    """
+    from kb_cli.services.reindex import reindex_embeddings
+
+    if not embeddings:
+        raise UsageError("say what to rebuild: kb reindex --embeddings")
+    kb = open_kb(ctx, REINDEX, create=False)
+    progress = console.Progress("embedding") if not json_out else None
+    try:
+        report = reindex_embeddings(kb, progress or (lambda done, total: None))
+    finally:
+        if progress:
+            progress.close()
+    console.print_reindex(report, json_out)
+
+
+DOCTOR = Rule("doctor", ADMINS)
+
+
+def doctor(
+    ctx: typer.Context,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Fix what is safe to fix (orphan objects, stray chunks, dead workers' tasks) "
+            "and report each fix.",
+        ),
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Check the invariants; exit 4 when a problem remains.
+
+    Checks document/task status pairs, chunks only where allowed, no running task with
+    an expired lease, every referenced object present, no orphan objects, every document
+    in an existing knowledge base, no base access for a missing team or user.
+
+    Example: kb doctor --repair
+    """
+    from kb_cli.errors import ProblemsFound
+    from kb_cli.services import doctor as doctor_service
+
+    report = doctor_service.check(open_kb(ctx, DOCTOR, create=False), repair=repair)
+    console.print_doctor(report, json_out)
+    if not report.ok:
+        raise ProblemsFound(f"doctor found {len(report.problems)} problem(s)")
+
+
+DEMO = Rule("demo", ADMINS)
+
+
+def demo(
+    ctx: typer.Context,
+    keep: Annotated[
+        bool,
+        typer.Option("--keep", help="Keep the temporary home, to explore it afterwards."),
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Run the whole lifecycle on the bundled samples in a fresh temporary home.
+
+    Two worker processes race for every task, a damaged PDF fails and is retried after a
+    fix, one task is cancelled mid-run, the rest is published and searched. Your own
+    documents are not touched; once an admin exists, the demo needs an admin token.
+
+    Example: kb demo
+    """
+    from kb_cli.services.demo import run_demo
+
+    _authorize_demo(ctx)
+    show = console.write_json if json_out else console.DemoLog()
+    outcomes = run_demo(show, keep=keep)
+    if json_out:
+        console.print_records(outcomes, True)
+    else:
+        console.print_demo_summary(outcomes)
+
+
+def _authorize_demo(ctx: typer.Context) -> None:
+    """Like every command, the demo needs the caller's permission (admin) once an admin
+    exists; a SQLite database that does not exist yet has none, and is not created."""
+    url = settings_of(ctx).database_url
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        return
+    open_kb(ctx, DEMO)
+
+
+db_app = typer.Typer(
+    help="""Database schema maintenance (admin).
+
+    Example: DATABASE_URL=postgresql+psycopg://kb@db/kb kb db upgrade
+    """,
+    no_args_is_help=True,
+    context_settings=HELP_SETTINGS,
+)
+
+
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context, json_out: JsonFlag = False) -> None:
+    """Upgrade the database schema to this version of kb (admin).
+
+    SQLite upgrades itself on first use; run this once for a shared PostgreSQL
+    database after installing a new kb on the hosts.
+
+    Example: DATABASE_URL=postgresql+psycopg://kb@db/kb kb db upgrade
+    """
+    from kb_cli.app import Kb
+    from kb_cli.db import Database
+    from kb_cli.permissions import Actor
+    from kb_cli.services import access
+    from kb_cli.store import FileObjectStore
+
+    settings = settings_of(ctx)
+    if settings.database_url.startswith("sqlite"):
+        settings.home.mkdir(parents=True, exist_ok=True)
+    database = Database(settings.database_url, settings.busy_timeout_seconds)
+    with database.read() as conn:
+        existing = database.schema_version(conn)
+    if existing is not None:  # a fresh database has no users yet: open mode
+        store = FileObjectStore(settings.object_store)  # named, never opened
+        access.authorize(Kb(settings, database, store, Actor("kb")), Rule("db", ADMINS))
+    before, after = database.upgrade()
+    console.print_upgrade(before, after, json_out)

@@ -1,0 +1,108 @@
+"""What every command uses: the option types they share, the state of one invocation,
+and opening the knowledge base with the guard.
+
+Each command declares its Rule beside it: the roles that may run it, and what it acts
+on (the base of the document or task it names, or a base). `open_kb` runs the guard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from kb_cli import console
+from kb_cli.permissions import Rule
+
+if TYPE_CHECKING:
+    from kb_cli.app import Kb
+    from kb_cli.config import Settings
+
+HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print JSON Lines on stdout, one record per line.")
+]
+DocumentId = Annotated[
+    str,
+    typer.Argument(
+        metavar="DOCUMENT_ID", help="A document id, or a unique prefix of 6+ characters."
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Globals:
+    home: str | None
+    database_url: str | None
+    object_store: str | None
+
+
+@dataclass(frozen=True)
+class Session:
+    """The command being run, so the error boundary can record a refusal."""
+
+    kb: Kb
+    command: str
+    target: str | None
+
+
+@dataclass
+class Invocation:
+    """The state of one `kb` invocation: its global options, and its session once the
+    guard has run. Passed through Typer's context, never kept in a module."""
+
+    options: Globals | None = None
+    session: Session | None = None
+
+
+def _invocation(ctx: typer.Context) -> Invocation:
+    return ctx.find_root().obj
+
+
+def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = True):
+    """Connect, then run the guard: the command's rule (the roles it needs, the base of
+    what it names) against the caller's token. The context returned acts as the caller
+    the guard established. Read-only commands pass `create=False`: they never create a
+    home or a database."""
+    from kb_cli.app import Kb
+    from kb_cli.services import access
+
+    settings = settings_of(ctx)
+    kb = Kb.open(settings, create=create)
+    kb = kb.acting_as(access.authorize(kb, rule, target))
+    _invocation(ctx).session = Session(kb, rule.command, target)
+    return kb
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    from kb_cli.config import resolve_settings
+
+    options = _invocation(ctx).options
+    assert options is not None  # the callback runs before every command
+    return resolve_settings(options.home, options.database_url, options.object_store)
+
+
+def open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | None = None):
+    """For commands that list or search: with no knowledge base yet there is nothing to
+    show, which is said on stderr (not in --json mode); None then."""
+    from kb_cli.errors import NoKnowledgeBaseYet
+
+    try:
+        return open_kb(ctx, rule, target, create=False)
+    except NoKnowledgeBaseYet as nothing:
+        if not json_out:
+            console.log(f"kb: {nothing.message}")
+        return None
+
+
+BaseOption = Annotated[
+    str | None,
+    typer.Option("--base", metavar="NAME", help="Only this knowledge base.", show_default=False),
+]
+
+TeamOption = Annotated[
+    list[str] | None,
+    typer.Option("--team", metavar="TEAM", help="A team (repeat for several).", show_default=False),
+]
