@@ -17,7 +17,7 @@ class SystemClock:
 
 
 class ManualClock:
-    """Time that moves only when told to (tests, and the benchmark of the worker)."""
+    """Time that moves only when told to: tests let a lease or a backoff run out."""
 
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime.now(UTC)

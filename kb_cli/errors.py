@@ -167,6 +167,15 @@ class ProviderRejected(KbError):
     """The embedding provider refused the request as misconfigured (model, key, input)."""
 
 
+class ParseError(Exception):
+    """The file could not be parsed (damaged, encrypted, not what its name says); the
+    worker records it as the task's parse_error."""
+
+
+class OutputClosed(Exception):
+    """The reader of stdout went away (`kb status --json | head -1`): not kb's failure."""
+
+
 # --- the worker's control flow: how a run of a task ends early --------------------------
 # Never shown to a user as such: the worker turns each into the task's next state.
 

@@ -351,11 +351,11 @@ def object_keys(conn: Connection) -> dict[str, str]:
     return {row.object_key: row.id for row in rows}
 
 
-def all_documents(conn: Connection) -> list[Any]:
+def all_documents(conn: Connection) -> list[Row]:
     return conn.execute(f"SELECT * FROM {DOCUMENTS}").all()
 
 
-def stale_active_tasks(conn: Connection) -> list[Any]:
+def stale_active_tasks(conn: Connection) -> list[Row]:
     """Active tasks that are not their document's latest task."""
     active = ", ".join(f"'{status}'" for status in ACTIVE_TASK_STATUSES)
     return conn.execute(
@@ -366,7 +366,7 @@ def stale_active_tasks(conn: Connection) -> list[Any]:
     ).all()
 
 
-def chunk_owners(conn: Connection) -> list[Any]:
+def chunk_owners(conn: Connection) -> list[Row]:
     """Each (document, revision, task) that has chunks, with what decides whether they
     may exist: the document's published revision and latest task, and that task."""
     return conn.execute(
@@ -378,7 +378,7 @@ def chunk_owners(conn: Connection) -> list[Any]:
     ).all()
 
 
-def expired_running_tasks(conn: Connection, now: str) -> list[Any]:
+def expired_running_tasks(conn: Connection, now: str) -> list[Row]:
     return conn.execute(
         f"""SELECT t.*, d.object_key
         FROM {TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id

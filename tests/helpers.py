@@ -224,19 +224,30 @@ def later(seconds: float):
     return kb
 
 
-def work_later(seconds: float, worker_id: str, task_id: str | None = None, **options):
+def work_later(
+    seconds: float, worker_id: str, task_id: str | None = None, timeout: float = 60, **options
+):
     """One claim attempt by an in-process worker whose clock is `seconds` ahead, logging
-    to stderr as `kb work` does: its result (claimed, task record)."""
+    to stderr as `kb work` does: its result (claimed, task record). A worker still
+    waiting for the database after `timeout` seconds is told to stop, as Ctrl-C would."""
+    import threading
+
     from kb_cli.console import PlainWorkerLog
     from kb_cli.worker import Worker, WorkerOptions
 
     listener = PlainWorkerLog(worker_id)
-    worker = Worker(later(seconds), WorkerOptions(worker_id=worker_id, **options), listener)
+    stop = threading.Event()
+    options = WorkerOptions(worker_id=worker_id, **options)
+    worker = Worker(later(seconds), options, listener, stop)
+    deadline = threading.Timer(timeout, stop.set)
+    deadline.daemon = True
+    deadline.start()
     try:
         [result] = list(worker.run(task_id))
     finally:
-        listener.close()
+        deadline.cancel()
         worker.kb.db.close()
+    assert not stop.is_set(), f"worker {worker_id} did not finish within {timeout} s"
     return result
 
 

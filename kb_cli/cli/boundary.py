@@ -4,7 +4,6 @@ leaves it as one line on stderr and an exit code."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -17,11 +16,7 @@ from kb_cli.errors import KbError
 
 
 def _report(code: str, message: str, exit_code: int, as_json: bool) -> int:
-    if as_json:
-        sys.stderr.write(json.dumps({"error": code, "message": message}) + "\n")
-    else:
-        sys.stderr.write(f"kb: error: {message}\n")
-    sys.stderr.flush()
+    console.report_error(code, message, as_json)
     return exit_code
 
 
@@ -37,8 +32,15 @@ def main(app: typer.Typer, argv: list[str] | None = None) -> None:
 def _run(app: typer.Typer, args: list[str]) -> int:
     """One invocation inside the error boundary: its exit code."""
     as_json = "--json" in args
-    debug = os.environ.get("KB_DEBUG") == "1"
     invocation = Invocation()
+    try:
+        return _invoke(app, args, invocation, as_json)
+    finally:
+        invocation.close()
+
+
+def _invoke(app: typer.Typer, args: list[str], invocation: Invocation, as_json: bool) -> int:
+    debug = os.environ.get("KB_DEBUG") == "1"
     try:
         result = app(args=args, prog_name="kb", standalone_mode=False, obj=invocation)
         return result if isinstance(result, int) else 0

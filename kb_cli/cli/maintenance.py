@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, open_kb, settings_of
+from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, invocation_of, open_kb, settings_of
 from kb_cli.errors import UsageError
 from kb_cli.permissions import ADMINS, Rule
 
@@ -148,6 +148,7 @@ def db_upgrade(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     if settings.database_url.startswith("sqlite"):
         settings.home.mkdir(parents=True, exist_ok=True)
     database = Database(settings.database_url, settings.busy_timeout_seconds)
+    invocation_of(ctx).opened.append(database)
     with database.read() as conn:
         existing = database.schema_version(conn)
     if existing is not None:  # a fresh database has no users yet: open mode

@@ -7,7 +7,7 @@ on (the base of the document or task it names, or a base). `open_kb` runs the gu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,6 +18,7 @@ from kb_cli.permissions import Rule
 if TYPE_CHECKING:
     from kb_cli.app import Kb
     from kb_cli.config import Settings
+    from kb_cli.db import Database
 
 HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -55,9 +56,16 @@ class Invocation:
 
     options: Globals | None = None
     session: Session | None = None
+    # Closed when the invocation ends, so that no connection outlives its command (an
+    # in-process caller, such as the tests, keeps running after it).
+    opened: list[Database] = field(default_factory=list)
+
+    def close(self) -> None:
+        for database in self.opened:
+            database.close()
 
 
-def _invocation(ctx: typer.Context) -> Invocation:
+def invocation_of(ctx: typer.Context) -> Invocation:
     return ctx.find_root().obj
 
 
@@ -71,15 +79,16 @@ def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: b
 
     settings = settings_of(ctx)
     kb = Kb.open(settings, create=create)
+    invocation_of(ctx).opened.append(kb.db)
     kb = kb.acting_as(access.authorize(kb, rule, target))
-    _invocation(ctx).session = Session(kb, rule.command, target)
+    invocation_of(ctx).session = Session(kb, rule.command, target)
     return kb
 
 
 def settings_of(ctx: typer.Context) -> Settings:
     from kb_cli.config import resolve_settings
 
-    options = _invocation(ctx).options
+    options = invocation_of(ctx).options
     assert options is not None  # the callback runs before every command
     return resolve_settings(options.home, options.database_url, options.object_store)
 
@@ -93,7 +102,7 @@ def open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | N
         return open_kb(ctx, rule, target, create=False)
     except NoKnowledgeBaseYet as nothing:
         if not json_out:
-            console.log(f"kb: {nothing.message}")
+            console.note(nothing.message)
         return None
 
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import threading
 from typing import Annotated
@@ -295,7 +293,7 @@ def work(
 
     Examples: kb work --drain; kb work --loop --worker-id A --stage-delay 0.5
     """
-    from kb_cli.worker import Worker, WorkerOptions, default_worker_id
+    from kb_cli.worker import Worker, WorkerOptions, default_worker_id, stop_on_signals
 
     if worker_id is not None and not (0 < len(worker_id) <= 100 and worker_id.isprintable()):
         raise UsageError("a --worker-id is 1 to 100 printable characters")
@@ -318,7 +316,7 @@ def work(
     else:
         listener = console.PlainWorkerLog(options.worker_id)
     stop = threading.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop, console.stopping)
     worker = Worker(open_kb(ctx, WORK, task_id), options, listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
     try:
@@ -329,22 +327,6 @@ def work(
                 console.emit(console.task_line(result.task))
     finally:
         listener.close()
-
-
-def _stop_on_signals(stop: threading.Event) -> None:
-    """First SIGINT/SIGTERM: stop at the next safe point. Second: exit at once."""
-
-    def handle(signum, _frame) -> None:
-        if stop.is_set():
-            os._exit(128 + signum)
-        stop.set()
-        console.log(
-            f"stopping at the next safe point ({signal.Signals(signum).name}); "
-            "send again to exit at once"
-        )
-
-    signal.signal(signal.SIGINT, handle)
-    signal.signal(signal.SIGTERM, handle)
 
 
 HISTORY = Rule("history", READERS, Target.TASK_OR_DOCUMENT)

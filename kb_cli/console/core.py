@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from kb_cli.errors import OutputClosed
 from kb_cli.lifecycle import Stage
 from kb_cli.records import AuditRecord, DocumentRecord, SearchHit, TaskRecord
 
@@ -27,10 +28,6 @@ def is_fancy(stream: TextIO) -> bool:
     if os.environ.get("TERM") == "dumb":
         return False
     return stream.isatty()
-
-
-class OutputClosed(Exception):
-    """Whoever read stdout stopped reading (`kb status --json | head -1`)."""
 
 
 def emit(line: str) -> None:
@@ -55,6 +52,24 @@ def log(message: str) -> None:
     """A log line on stderr."""
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
+
+
+def note(message: str) -> None:
+    """Something the user should know that is not an error, on stderr."""
+    log(f"kb: {message}")
+
+
+def report_error(code: str, message: str, as_json: bool) -> None:
+    """The one line a failed command leaves on stderr."""
+    if as_json:
+        log(json.dumps({"error": code, "message": message}))
+    else:
+        log(f"kb: error: {message}")
+
+
+def stopping(signal_name: str) -> None:
+    """A worker told to stop by a signal."""
+    log(f"stopping at the next safe point ({signal_name}); send again to exit at once")
 
 
 def short(identifier: str | None) -> str:

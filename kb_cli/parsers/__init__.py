@@ -81,10 +81,6 @@ class HeadingPath:
         return Block(text, page, headings[-1] if headings else None, headings[:-1])
 
 
-class ParseError(Exception):
-    """The file could not be parsed (damaged, encrypted, not what its name says)."""
-
-
 @dataclass(frozen=True)
 class FileKind:
     extension: str

@@ -8,8 +8,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from kb_cli.errors import DocumentTooLarge
-from kb_cli.parsers import Block, Budget, HeadingPath, ParseError, ProgressCallback
+from kb_cli.errors import DocumentTooLarge, ParseError
+from kb_cli.parsers import Block, Budget, HeadingPath, ProgressCallback
 
 
 def preload() -> None:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from kb_cli.errors import DocumentTooLarge
-from kb_cli.parsers import Block, Budget, ParseError, ParseLimits, ProgressCallback
+from kb_cli.errors import DocumentTooLarge, ParseError
+from kb_cli.parsers import Block, Budget, ParseLimits, ProgressCallback
 
 _HEADER = struct.Struct("!Q")
 _POLL_SECONDS = 0.1

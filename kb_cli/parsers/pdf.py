@@ -14,8 +14,8 @@ import logging
 import os
 from pathlib import Path
 
-from kb_cli.errors import DocumentTooLarge
-from kb_cli.parsers import Block, Budget, ParseError, ProgressCallback
+from kb_cli.errors import DocumentTooLarge, ParseError
+from kb_cli.parsers import Block, Budget, ProgressCallback
 
 
 def preload() -> None:

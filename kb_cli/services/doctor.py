@@ -253,4 +253,5 @@ def _requeue_abandoned(kb: Kb, task_id: str) -> bool:
             action="release",
             detail=f"lease of {task.worker_id} expired",
             fence=(task.worker_id, task.attempt),
+            updated_at=now,
         )

@@ -146,7 +146,7 @@ def _task_id_for(conn: Connection, scope: Scope, ref: str) -> str:
 
 def _requeue(conn: Connection, actor: str, task_id: str) -> None:
     task = queries.existing_task(conn, task_id, lock=True)
-    document = queries.existing_document(conn, task.document_id, lock=True)
+    document = queries.get_document(conn, task.document_id, lock=True)
     if document is None:
         raise ConflictError(f"cannot retry task {task_id}: its document no longer exists")
     if task.status not in RETRYABLE_TASK or document.status not in RETRYABLE_DOC:

@@ -7,6 +7,7 @@
   raises, never writes task state.
 - `retry`: the pure decision whether and when a failed attempt is tried again.
 - `heartbeat`: renews the lease in the background.
+- `signals`: the first SIGINT/SIGTERM stops at the next safe point, a second at once.
 """
 
 from kb_cli.config import WorkerOptions
@@ -14,6 +15,7 @@ from kb_cli.worker.claim import Claim, Claimant, take
 from kb_cli.worker.loop import Attempt, SilentListener, Worker, WorkerListener, default_worker_id
 from kb_cli.worker.pipeline import Pipeline, describe_error
 from kb_cli.worker.retry import RetryPolicy
+from kb_cli.worker.signals import stop_on_signals
 
 __all__ = [
     "Attempt",
@@ -27,5 +29,6 @@ __all__ = [
     "WorkerOptions",
     "default_worker_id",
     "describe_error",
+    "stop_on_signals",
     "take",
 ]

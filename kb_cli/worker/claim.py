@@ -78,6 +78,7 @@ class Claimant:
             actor=self.kb.actor.name,
             action=action,
             detail=self.audit_detail(f"task {task.id}"),
+            updated_at=self.now(),
         )
 
 
@@ -161,6 +162,7 @@ def _fail_lost_worker(claimant: Claimant, conn: Connection, task: Row) -> tuple[
         error_code=ErrorCode.WORKER_LOST,
         error_detail=detail,
         lease_expires_at=None,
+        updated_at=claimant.now(),
     ):
         return None
     queries.delete_task_chunks(conn, task.id)

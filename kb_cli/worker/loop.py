@@ -19,6 +19,7 @@ from kb_cli.errors import (
     StopRequested,
     StorageUnavailable,
     TaskFailure,
+    UsageError,
 )
 from kb_cli.lifecycle import ErrorCode, Stage
 from kb_cli.records import TaskRecord, WorkResult
@@ -74,6 +75,8 @@ class Worker:
         listener: WorkerListener | None = None,
         stop: threading.Event | None = None,
     ) -> None:
+        if not options.worker_id:  # a reclaim tells workers apart by their ids
+            raise UsageError("a worker needs a non-empty worker id")
         self.kb = kb
         self.options = options
         self.listener = listener or SilentListener()
@@ -186,8 +189,8 @@ class Attempt:
 
     def report(self, stage: Stage, done: int, total: int) -> None:
         self.checkpoint()
-        self.listener.progress(self.claim.task.id, stage, done, total)
         self.claim.progress(stage, done, total)
+        self.listener.progress(self.claim.task.id, stage, done, total)
         if self.stage_delay > 0:
             self.stop.wait(self.stage_delay)
         self.checkpoint()

@@ -336,7 +336,7 @@ def test_two_workers_reclaiming_the_same_task_by_name_only_one_wins(tmp_path, kb
         results[name] = work_later(PAST_THE_LEASE, name, task["task_id"])
 
     with write_lock_held(task["task_id"]):  # both claimers queue behind this lock
-        racers = [threading.Thread(target=race, args=(name,)) for name in ("r1", "r2")]
+        racers = [threading.Thread(target=race, args=(name,), daemon=True) for name in ("r1", "r2")]
         for racer in racers:
             racer.start()
         time.sleep(1.5)

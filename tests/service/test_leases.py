@@ -3,6 +3,7 @@ time passes by `advance`, never by sleeping past a lease."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,14 @@ import pytest
 from kb_cli import queries
 from kb_cli.clock import ManualClock
 from kb_cli.config import WorkerOptions
+from kb_cli.db import format_stamp
 from kb_cli.errors import ClaimLost
+from kb_cli.lifecycle import ErrorCode
 from kb_cli.services import doctor, tasks
 from kb_cli.services import documents as docs
 from kb_cli.worker import Attempt, Worker
+from kb_cli.worker.heartbeat import Heartbeat
+from tests.helpers import wait_until
 
 LEASE = 30.0
 
@@ -52,7 +57,7 @@ def test_an_expired_claim_is_reclaimed_and_the_old_worker_writes_nothing(kb, clo
     assert new is not None and new.reclaimed_from == "old" and new.task.attempt == 2
     with pytest.raises(ClaimLost):  # the fence: old's completion changes nothing
         old.complete([])
-    assert old.fail(code="parse_error", detail="late") is None  # type: ignore[arg-type]
+    assert old.fail(ErrorCode.PARSE_ERROR, "late") is None
     record = rescuer.execute(new)
     assert record.status == "succeeded" and record.worker_id == "rescuer"
     with kb.db.read() as conn:
@@ -85,14 +90,25 @@ def test_doctor_sees_an_expired_lease_only_once_it_expired_and_requeues_it(kb, c
 
 
 def test_a_heartbeat_keeps_the_claim_across_many_leases(kb, clock, tmp_path):
-    submitted(kb, tmp_path)
+    task_id = submitted(kb, tmp_path)
     holder = worker(kb, "holder").claim()
     assert holder is not None
-    for _ in range(5):
-        clock.advance(LEASE * 0.6)
-        holder.renew_lease()
-        assert worker(kb, "thief").claim() is None
+    heartbeat = Heartbeat(interval=0.01)
+    heartbeat.watch(holder)
+    try:
+        for _ in range(5):
+            clock.advance(LEASE * 0.6)
+            renewed_until = format_stamp(clock.now() + timedelta(seconds=LEASE * 0.5))
+            wait_until(lambda until=renewed_until: lease_of(kb, task_id) > until, message="no beat")
+            assert worker(kb, "thief").claim() is None
+    finally:
+        heartbeat.close()
     assert not holder.lost.is_set()
+
+
+def lease_of(kb, task_id: str) -> str:
+    with kb.db.read() as conn:
+        return queries.existing_task(conn, task_id).lease_expires_at
 
 
 def test_a_renewal_after_a_reclaim_marks_the_claim_lost(kb, clock, tmp_path):
@@ -111,7 +127,7 @@ def test_the_retry_time_follows_the_clock(kb, clock, tmp_path):
     task_id = submitted(kb, tmp_path)
     claim = worker(kb, "w", backoff_seconds=10).claim()
     assert claim is not None
-    claim.fail(code="provider_unavailable", detail="down")  # type: ignore[arg-type]
+    claim.fail(ErrorCode.PROVIDER_UNAVAILABLE, "down")
     record = tasks.get_task(kb, task_id)
     assert record.status == "retry_wait"
     clock.advance(4.9)  # less than 10 s x the smallest jitter (0.5)

@@ -10,7 +10,8 @@ import pytest
 from pypdf import PdfReader, PdfWriter
 
 from kb_cli.chunking import chunk_blocks
-from kb_cli.parsers import Block, ParseError, ParseLimits, parse
+from kb_cli.errors import ParseError
+from kb_cli.parsers import Block, ParseLimits, parse
 from tests.docgen import make_pdf, raw_pdf
 
 PDF = "application/pdf"

@@ -11,7 +11,8 @@ import docx
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from kb_cli.parsers import KINDS, Block, ParseError, kind_for_filename, parse
+from kb_cli.errors import ParseError
+from kb_cli.parsers import KINDS, Block, kind_for_filename, parse
 from tests.docgen import CHINESE_MARKDOWN, make_docx, make_encrypted_pdf, make_pdf, paged_text
 
 PDF = KINDS[".pdf"].content_type

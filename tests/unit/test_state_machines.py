@@ -51,9 +51,9 @@ def test_document_moves_outside_the_table_are_illegal(old, new):
 
 def test_move_document_refuses_an_illegal_move_before_any_write():
     document = SimpleNamespace(id="d1", status=DocStatus.DRAFT)
-    # No connection is needed: the refusal comes before the first statement.
+    no_connection = None  # the refusal comes before the first statement
     with pytest.raises(InternalError, match="illegal document transition draft -> published"):
-        move_document(None, document, DocStatus.PUBLISHED, actor="t", action="publish")  # type: ignore[arg-type]
+        move_document(no_connection, document, DocStatus.PUBLISHED, actor="t", action="publish")
 
 
 def test_every_document_status_can_be_reached_and_left():
