@@ -102,21 +102,21 @@ def print_records(records: Iterable[Any], as_json: bool) -> None:
 
 
 def _print_on_terminal(records: list[Any]) -> bool:
-    from kb_cli.console.history import _print_history
-    from kb_cli.console.tasks import _document_panel, _document_table, _task_panel, _task_table
+    from kb_cli.console.history import print_history_table
+    from kb_cli.console.tasks import document_panel, document_table, task_panel, task_table
 
     kinds = {type(record) for record in records}
     if kinds == {AuditRecord}:
-        _print_history(records)
+        print_history_table(records)
     elif kinds == {DocumentRecord}:
-        console = _console()
+        console = rich_console()
         console.print(
-            _document_panel(records[0])
+            document_panel(records[0])
             if len(records) == 1
-            else _document_table(records, console.width)
+            else document_table(records, console.width)
         )
     elif kinds == {TaskRecord}:
-        _console().print(_task_panel(records[0]) if len(records) == 1 else _task_table(records))
+        rich_console().print(task_panel(records[0]) if len(records) == 1 else task_table(records))
     else:
         return False
     return True
@@ -125,13 +125,13 @@ def _print_on_terminal(records: list[Any]) -> bool:
 # --- shared by the renderers -------------------------------------------------------
 
 
-def _console():
+def rich_console():
     from rich.console import Console
 
     return Console(highlight=False)
 
 
-def _cell(text: object) -> str:
+def cell(text: object) -> str:
     """Text from the database, safe in a rich cell: markup escaped, and control
     characters shown as escapes, so a file name can neither drive the terminal (ESC
     sequences) nor forge a table row (a newline)."""
@@ -140,14 +140,14 @@ def _cell(text: object) -> str:
     return escape(visible(str(text)))
 
 
-def _count(stage: str, done: int, total: int) -> str:
+def stage_count(stage: str, done: int, total: int) -> str:
     """Progress of a stage: bytes for the download, items for the others."""
     if stage == Stage.DOWNLOAD:
-        return f"{_size(done)}/{_size(total)}" if total else ""
+        return f"{human_size(done)}/{human_size(total)}" if total else ""
     return f"{done}/{total}" if total else ""
 
 
-def _size(size: float) -> str:
+def human_size(size: float) -> str:
     for unit in ("B", "KB", "MB"):
         if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
@@ -187,7 +187,7 @@ def visible(text: str) -> str:
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
-def _styled(status: str) -> str:
+def styled(status: str) -> str:
     style = _STATUS_STYLE.get(status)
     return f"[{style}]{status}[/{style}]" if style else status
 
@@ -198,7 +198,7 @@ def cell_len_of(text: str) -> int:
     return cell_len(text)
 
 
-def _cut(text: str, width: int) -> str:
+def cut_to(text: str, width: int) -> str:
     from rich.text import Text
 
     cut = Text(text)

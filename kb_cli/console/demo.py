@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kb_cli.console.core import _cell, _console, _cut, _styled, cell_len_of, emit, is_fancy
+from kb_cli.console.core import cell, cell_len_of, cut_to, emit, is_fancy, rich_console, styled
 
 _DEMO_STYLES = {
     "race": "cyan",
@@ -24,7 +24,7 @@ class DemoLog:
     def __init__(self) -> None:
         self.fancy = is_fancy(sys.stdout)
         if self.fancy:
-            self.console = _console()
+            self.console = rich_console()
 
     def __call__(self, event: Any) -> None:
         if not self.fancy:
@@ -32,7 +32,7 @@ class DemoLog:
             sys.stdout.flush()
             return
         style = _DEMO_STYLES.get(event.step, "white")
-        self.console.print(_indented(f"[{style}]{event.step:>8}[/{style}]", _cell(event.message)))
+        self.console.print(_indented(f"[{style}]{event.step:>8}[/{style}]", cell(event.message)))
 
 
 def _indented(label: str, text: str):
@@ -56,18 +56,18 @@ def print_demo_summary(outcomes: list[Any]) -> None:
                 f"claimed_by={','.join(o.won_by) or '-'} outcome={'; '.join(o.notes)}"
             )
         return
-    console = _console()
+    console = rich_console()
     console.print("\n[bold]kb demo: what happened to each file[/bold]")
     name_width = min(max(cell_len_of(o.filename) for o in outcomes), 28)
     for o in outcomes:
         error = f" [red]{o.error_code}[/red]" if o.error_code else ""
-        name = _cell(_cut(o.filename, name_width))
-        padding = " " * (name_width - cell_len_of(_cut(o.filename, name_width)))
+        name = cell(cut_to(o.filename, name_width))
+        padding = " " * (name_width - cell_len_of(cut_to(o.filename, name_width)))
         status_padding = " " * (len("review_pending") - len(o.status))
         console.print(
-            f"[bold]{name}[/bold]{padding}  {_styled(o.status)}{status_padding}  task "
-            f"{_styled(o.task_status)}{error}, attempt {o.attempt}"
+            f"[bold]{name}[/bold]{padding}  {styled(o.status)}{status_padding}  task "
+            f"{styled(o.task_status)}{error}, attempt {o.attempt}"
         )
         story = " → ".join(o.notes)
         claimed = f" (claimed by {' then '.join(o.won_by)})" if o.won_by else ""
-        console.print(_indented("  ", f"[dim]{_cell(story + claimed)}[/dim]"))
+        console.print(_indented("  ", f"[dim]{cell(story + claimed)}[/dim]"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kb_cli.console.core import _cell, _console, short
+from kb_cli.console.core import cell, rich_console, short
 from kb_cli.records import AuditRecord
 
 
@@ -14,12 +14,12 @@ def audit_line(event: AuditRecord) -> str:
     return f"{event.at} {event.actor} {event.action} {event.entity_id} {change}{detail}"
 
 
-def _print_history(events: list[AuditRecord]) -> None:
+def print_history_table(events: list[AuditRecord]) -> None:
     """One line per event (time, actor, action, entity, change), and its detail after
     it on the same line when it fits, else on the next line, indented."""
     from rich.cells import cell_len
 
-    console = _console()
+    console = rich_console()
     console.print(f"{len(events)} events, oldest first", style="bold")
     for event in events:
         change = f"{event.from_status or '-'} → {event.to_status or '-'}"
@@ -28,9 +28,9 @@ def _print_history(events: list[AuditRecord]) -> None:
             f"{short(event.entity_id)}  {change}"
         )
         detail = event.detail or ""
-        line = f"{_cell(head)}"
+        line = f"{cell(head)}"
         if detail and cell_len(head) + 2 + cell_len(detail) <= console.width:
-            line += f"  [dim]{_cell(detail)}[/dim]"
+            line += f"  [dim]{cell(detail)}[/dim]"
         elif detail:
-            line += f"\n    [dim]{_cell(detail)}[/dim]"
+            line += f"\n    [dim]{cell(detail)}[/dim]"
         console.print(line, overflow="fold")

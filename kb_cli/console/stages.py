@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from kb_cli.console.core import _cell, _count, short
+from kb_cli.console.core import cell, short, stage_count
 from kb_cli.lifecycle import Stage
 from kb_cli.records import TaskRecord
 
@@ -69,7 +69,7 @@ class LiveStages:
             self.bars[stage],
             total=max(total, 1) if total else None,
             completed=done,
-            count=_count(stage, done, total),
+            count=stage_count(stage, done, total),
             rate=rate,
             mark=mark,
         )
@@ -92,17 +92,17 @@ _DONE = "[green]✓[/green]"
 _FAILED = "[red]✗[/red]"
 
 
-def _task_title(task: TaskRecord, filename: str) -> str:
-    name = _cell(filename)
+def task_title(task: TaskRecord, filename: str) -> str:
+    name = cell(filename)
     return f"task [cyan]{short(task.task_id)}[/cyan] [bold]{name}[/bold] rev {task.revision}"
 
 
-def _outcome_lines(task: TaskRecord) -> list[str]:
+def outcome_lines(task: TaskRecord) -> list[str]:
     """How a task ended, in colour: the status, and the error code with its detail."""
     colour = {"succeeded": "green", "failed": "red"}.get(task.status, "yellow")
     status = f"[{colour}]{task.status}[/{colour}]"
     lines = [f"{status} task {short(task.task_id)} attempt {task.attempt}"]
     if task.error_code:
         where = f" at {task.stage}" if task.status == "failed" else ""
-        lines.append(f"[red]{task.error_code}{where}: {_cell(task.error_detail or '')}[/red]")
+        lines.append(f"[red]{task.error_code}{where}: {cell(task.error_detail or '')}[/red]")
     return lines

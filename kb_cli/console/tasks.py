@@ -8,14 +8,14 @@ import sys
 from datetime import UTC, datetime
 
 from kb_cli.console.core import (
-    _cell,
-    _console,
-    _count,
-    _size,
-    _styled,
+    cell,
+    human_size,
     is_fancy,
     print_records,
+    rich_console,
     short,
+    stage_count,
+    styled,
 )
 from kb_cli.records import DocumentRecord, TaskRecord
 
@@ -82,15 +82,15 @@ def _fields_panel(title: str, fields: list[tuple[str, str]]):
 
 def _task_fields(task: TaskRecord) -> list[tuple[str, str]]:
     fields = [
-        ("status", _styled(task.status)),
-        ("stage", f"{task.stage} {_count(task.stage, task.completed, task.total)}".rstrip()),
+        ("status", styled(task.status)),
+        ("stage", f"{task.stage} {stage_count(task.stage, task.completed, task.total)}".rstrip()),
         ("attempt", str(task.attempt)),
     ]
     if task.error_code:
         fields.append(("error", f"[red]{task.error_code}[/red]"))
-        fields.append(("detail", _cell(task.error_detail or "")))
+        fields.append(("detail", cell(task.error_detail or "")))
     if task.worker_id:
-        fields.append(("worker", _cell(task.worker_id)))
+        fields.append(("worker", cell(task.worker_id)))
     if task.status == "running" and task.lease_expires_at:
         fields.append(("lease until", task.lease_expires_at))
     if task.retry_at:
@@ -98,7 +98,7 @@ def _task_fields(task: TaskRecord) -> list[tuple[str, str]]:
     return fields
 
 
-def _task_panel(task: TaskRecord):
+def task_panel(task: TaskRecord):
     return _fields_panel(
         f"task {task.task_id}",
         [
@@ -111,12 +111,12 @@ def _task_panel(task: TaskRecord):
     )
 
 
-def _document_panel(document: DocumentRecord):
+def document_panel(document: DocumentRecord):
     published = document.published_revision
     fields = [
-        ("file", _cell(document.filename)),
-        ("status", _styled(document.status)),
-        ("size", f"{_size(document.size_bytes)} ({document.content_type})"),
+        ("file", cell(document.filename)),
+        ("status", styled(document.status)),
+        ("size", f"{human_size(document.size_bytes)} ({document.content_type})"),
         ("sha256", document.sha256[:16] + "…"),
         ("version", str(document.version)),
         ("revision", f"{document.revision} (published: {published or 'none yet'})"),
@@ -138,7 +138,7 @@ def _table(title: str):
     )
 
 
-def _document_table(records: list[DocumentRecord], width: int):
+def document_table(records: list[DocumentRecord], width: int):
     """Short id, file, document status and the latest task: below WIDE columns the
     task's status, stage, progress and error share one column; the file takes the room
     that is left and is cut to fit, never wrapped."""
@@ -151,8 +151,8 @@ def _document_table(records: list[DocumentRecord], width: int):
         rows.append(
             [
                 short(document.document_id),
-                _cell(document.filename),
-                _styled(document.status),
+                cell(document.filename),
+                styled(document.status),
                 *cells,
                 _age(document.created_at, now),
             ]
@@ -185,9 +185,9 @@ def _task_cells(task: TaskRecord | None) -> list[str]:
     if task is None:
         return ["-", "", "", "", ""]
     return [
-        _styled(task.status),
+        styled(task.status),
         task.stage,
-        _count(task.stage, task.completed, task.total),
+        stage_count(task.stage, task.completed, task.total),
         str(task.attempt),
         f"[red]{task.error_code}[/red]" if task.error_code else "",
     ]
@@ -198,14 +198,14 @@ def _task_summary(task: TaskRecord | None) -> str:
     if task is None:
         return "-"
     if task.error_code:
-        return f"{_styled(task.status)} [red]{task.error_code}[/red]"
+        return f"{styled(task.status)} [red]{task.error_code}[/red]"
     if task.status == "running":
-        progress = _count(task.stage, task.completed, task.total)
-        return f"{_styled(task.status)} {task.stage} {progress}".rstrip()
-    return _styled(task.status)
+        progress = stage_count(task.stage, task.completed, task.total)
+        return f"{styled(task.status)} {task.stage} {progress}".rstrip()
+    return styled(task.status)
 
 
-def _task_table(records: list[TaskRecord]):
+def task_table(records: list[TaskRecord]):
     table = _table(f"{len(records)} tasks")
     for name in ("task", "document", "status", "stage", "attempt", "error"):
         table.add_column(name, no_wrap=True)
@@ -213,7 +213,7 @@ def _task_table(records: list[TaskRecord]):
         table.add_row(
             short(task.task_id),
             short(task.document_id),
-            _styled(task.status),
+            styled(task.status),
             task.stage,
             str(task.attempt),
             f"[red]{task.error_code}[/red]" if task.error_code else "",
@@ -227,10 +227,10 @@ def print_document_table(records: list[DocumentRecord], footer: str = "") -> Non
     if not is_fancy(sys.stdout):
         print_records(records, as_json=False)
         return
-    console = _console()
-    console.print(_document_table(records, console.width))
+    console = rich_console()
+    console.print(document_table(records, console.width))
     if footer:
-        console.print(f"[dim]{_cell(footer)}[/dim]")
+        console.print(f"[dim]{cell(footer)}[/dim]")
 
 
 def _age(stamp: str, now: datetime) -> str:

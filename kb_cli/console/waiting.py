@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from kb_cli.console.core import log
-from kb_cli.console.stages import LiveStages, _outcome_lines, _task_title
+from kb_cli.console.stages import LiveStages, outcome_lines, task_title
 from kb_cli.lifecycle import Stage
 from kb_cli.records import TaskRecord
 
@@ -59,7 +59,7 @@ class LiveWait(WaitHint):
     def started(self, task: TaskRecord, filename: str, size: int) -> None:
         self.download_size = size
         self.live = LiveStages()
-        self.live.start(f"[bold]waiting[/bold] for {_task_title(task, filename)}")
+        self.live.start(f"[bold]waiting[/bold] for {task_title(task, filename)}")
 
     def __call__(self, task: TaskRecord) -> None:
         live = self.live
@@ -84,5 +84,5 @@ class LiveWait(WaitHint):
             return
         self.live.stop()
         if task is not None and task.status != "succeeded":
-            for line in _outcome_lines(task):
+            for line in outcome_lines(task):
                 self.live.print(line)

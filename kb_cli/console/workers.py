@@ -7,8 +7,8 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from kb_cli.console.core import PLAIN_PROGRESS_INTERVAL, _cell, log, short
-from kb_cli.console.stages import LiveStages, _outcome_lines, _task_title
+from kb_cli.console.core import PLAIN_PROGRESS_INTERVAL, cell, log, short
+from kb_cli.console.stages import LiveStages, outcome_lines, task_title
 from kb_cli.lifecycle import Stage
 from kb_cli.records import TaskRecord
 
@@ -96,14 +96,14 @@ class LiveWorkerDisplay(PlainWorkerLog):
 
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
         self._stop_idle()
-        self.last = f"{_cell(filename)} at {datetime.now().strftime('%H:%M:%S')}"
+        self.last = f"{cell(filename)} at {datetime.now().strftime('%H:%M:%S')}"
         self.live = LiveStages()
         note = ""
         if reclaimed_from:
-            note = f" [magenta](reclaimed from {_cell(reclaimed_from)})[/magenta]"
+            note = f" [magenta](reclaimed from {cell(reclaimed_from)})[/magenta]"
         self.live.start(
-            f"[bold]claimed[/bold] {_task_title(task, filename)} "
-            f"worker [cyan]{_cell(self.worker_id)}[/cyan] attempt {task.attempt}{note}"
+            f"[bold]claimed[/bold] {task_title(task, filename)} "
+            f"worker [cyan]{cell(self.worker_id)}[/cyan] attempt {task.attempt}{note}"
         )
 
     def missed(self, task_id: str | None) -> None:
@@ -126,7 +126,7 @@ class LiveWorkerDisplay(PlainWorkerLog):
             self.idle.start()
         last = f" · last claim: {self.last}" if self.last else ""
         self.idle.update(
-            f"[dim]worker {_cell(self.worker_id)} waiting for tasks since "
+            f"[dim]worker {cell(self.worker_id)} waiting for tasks since "
             f"{self.idle_since:%H:%M:%S} · {self.done} done{last} · Ctrl-C to stop[/dim]"
         )
 
@@ -145,7 +145,7 @@ class LiveWorkerDisplay(PlainWorkerLog):
         if task.status == "failed":
             self.live.update(task.stage, task.completed, task.total, failed=True)
         self.live.stop()
-        for line in _outcome_lines(task):
+        for line in outcome_lines(task):
             self.live.print(line)
         self.live = None
         self.done += 1
@@ -160,12 +160,12 @@ class LiveWorkerDisplay(PlainWorkerLog):
         )
 
     def gave_up(self, task_id: str, reason: str) -> None:
-        self.console.print(f"[red]worker_lost[/red] task {short(task_id)}: {_cell(reason)}")
+        self.console.print(f"[red]worker_lost[/red] task {short(task_id)}: {cell(reason)}")
 
     def close(self) -> None:
         self._stop_idle()
         if self.loop:
-            name = _cell(self.worker_id)
+            name = cell(self.worker_id)
             self.console.print(f"[dim]worker {name} stopped: {self.done} done[/dim]")
 
     def _after(self, message: str) -> None:
