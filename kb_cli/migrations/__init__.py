@@ -21,6 +21,7 @@ REVISIONS = (
     "0005_hardening",
     "0006_bases",
     "0007_chunk_context",
+    "0008_lifecycle",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"
