@@ -100,12 +100,17 @@ def _login() -> str:
         return "local"
 
 
+# How a kind of id is named in a refusal; a deleted document is simply not found.
+_NOUNS = {"documents": "document", "tasks": "task", "deleted": ""}
+
+
 def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[str, str]:
-    """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks") in
+    """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks",
+    "deleted": what remains of deleted documents) in
     `scope`: a row the caller may not read is not found, and never makes a prefix
     ambiguous."""
+    noun = " or ".join(_NOUNS[kind] for kind in kinds if _NOUNS[kind])
     if len(ref) > MAX_ID_CHARS:  # no id is that long: refused before any SQL
-        noun = " or ".join(kind.rstrip("s") for kind in kinds)
         raise IdTooLong(f"no {noun} with an id of {len(ref)} characters (ids have 36)")
     matches = []
     for kind in kinds:
@@ -116,7 +121,6 @@ def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[s
     if len(matches) > 1:
         raise InvalidInputError(f"id prefix {ref!r} is ambiguous; give more characters")
     if not matches:
-        noun = " or ".join(kind.rstrip("s") for kind in kinds)
         hint = f": a prefix needs at least {MIN_PREFIX} characters" if len(ref) < MIN_PREFIX else ""
         raise NotFoundError(f"no {noun} with id {ref!r}{hint}")
     return matches[0]

@@ -28,6 +28,8 @@ class DocStatus(StrEnum):
     REVIEW_PENDING = "review_pending"
     PUBLISHED = "published"
     FAILED = "failed"
+    ARCHIVED = "archived"  # unpublished: search no longer serves it; publish brings it back
+    DELETING = "deleting"  # a delete has begun; already not_found, its rows going in batches
 
 
 class ErrorCode(StrEnum):
@@ -83,6 +85,16 @@ TASK_TRANSITIONS = frozenset(
     }
 )
 
+# Every status a document rests in; `deleting` is the way out.
+ACTIVE_DOCUMENT_STATUSES = (
+    DocStatus.DRAFT,
+    DocStatus.PROCESSING,
+    DocStatus.REVIEW_PENDING,
+    DocStatus.PUBLISHED,
+    DocStatus.FAILED,
+    DocStatus.ARCHIVED,
+)
+
 # Legal document transitions: (from, to). `move_document` refuses anything else.
 DOCUMENT_TRANSITIONS = frozenset(
     {
@@ -97,13 +109,25 @@ DOCUMENT_TRANSITIONS = frozenset(
         (DocStatus.DRAFT, DocStatus.DRAFT),
         (DocStatus.FAILED, DocStatus.FAILED),
         (DocStatus.PUBLISHED, DocStatus.DRAFT),
+        (DocStatus.ARCHIVED, DocStatus.DRAFT),
+        # reject: back to draft, or to serving the published revision it would replace
+        (DocStatus.REVIEW_PENDING, DocStatus.DRAFT),
+        # unpublish: a published document is archived; a document still serving an
+        # earlier revision while it is worked on keeps its status and stops serving it
+        (DocStatus.PUBLISHED, DocStatus.ARCHIVED),
+        (DocStatus.PROCESSING, DocStatus.PROCESSING),
+        (DocStatus.REVIEW_PENDING, DocStatus.REVIEW_PENDING),
+        (DocStatus.ARCHIVED, DocStatus.PUBLISHED),  # publish again, without reprocessing
+        # delete: from anywhere; the row itself goes at the end
+        *((status, DocStatus.DELETING) for status in ACTIVE_DOCUMENT_STATUSES),
     }
 )
 
 # Statuses a command may start from.
 SUBMITTABLE = (DocStatus.DRAFT,)
-REPLACEABLE = (DocStatus.DRAFT, DocStatus.FAILED, DocStatus.PUBLISHED)
-PUBLISHABLE = (DocStatus.REVIEW_PENDING,)
+REPLACEABLE = (DocStatus.DRAFT, DocStatus.FAILED, DocStatus.PUBLISHED, DocStatus.ARCHIVED)
+PUBLISHABLE = (DocStatus.REVIEW_PENDING, DocStatus.ARCHIVED)
+REJECTABLE = (DocStatus.REVIEW_PENDING,)
 CANCELLABLE = ACTIVE_TASK_STATUSES
 RETRYABLE_TASK = (TaskStatus.FAILED,)
 RETRYABLE_DOC = (DocStatus.FAILED,)
@@ -117,13 +141,21 @@ def is_legal_document_transition(old: DocStatus | None, new: DocStatus) -> bool:
     return (old, new) in DOCUMENT_TRANSITIONS
 
 
-def is_legal_pair(task: TaskStatus | None, doc: DocStatus, has_published: bool) -> bool:
-    """True when a document status may stand beside its latest task's status."""
+def is_legal_pair(
+    task: TaskStatus | None, doc: DocStatus, has_published: bool, rejected: bool = False
+) -> bool:
+    """True when a document status may stand beside its latest task's status.
+
+    `has_published`: the document has (or had, before an unpublish) a published
+    revision; `rejected`: a reviewer turned its latest task's revision down."""
+    if doc is DocStatus.DELETING:
+        return True  # on its way out, whatever it was
     if task is None:
         return doc is DocStatus.DRAFT
     if DOC_STATUS_FOR_TASK[task] is doc:
         return True
-    if task is TaskStatus.SUCCEEDED and doc is DocStatus.PUBLISHED:
+    if task is TaskStatus.SUCCEEDED and doc in (DocStatus.PUBLISHED, DocStatus.ARCHIVED):
         return True
-    # A replaced published document is a draft again while its old task stays latest.
-    return task is TaskStatus.SUCCEEDED and doc is DocStatus.DRAFT and has_published
+    # A replaced published document, or a rejected revision, is a draft again while
+    # its old task stays latest.
+    return task is TaskStatus.SUCCEEDED and doc is DocStatus.DRAFT and (has_published or rejected)

@@ -41,6 +41,7 @@ class Target(StrEnum):
     DOCUMENT = "document"
     TASK = "task"
     TASK_OR_DOCUMENT = "task_or_document"
+    TRAIL = "trail"  # a task, a document, or a deleted document (history)
     BASE = "base"
 
 

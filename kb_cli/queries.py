@@ -27,6 +27,9 @@ DOCUMENTS, TASKS, CHUNKS = "documents", "ingestion_tasks", "chunks"
 AUDIT, OUTBOX, USERS = "audit_events", "outbox_events", "users"
 BASES, TEAMS, USER_TEAMS = "bases", "teams", "user_teams"
 BASE_TEAMS, BASE_GRANTS = "base_teams", "base_grants"
+DELETED = "deleted_documents"
+# A document being deleted is gone for every command already (its rows go in batches).
+_NOT_DELETING = f"d.status <> '{DocStatus.DELETING}'"
 
 
 # --- what a caller may read (contract section 9) -------------------------------------
@@ -105,15 +108,18 @@ def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[
     ambiguous without counting rows the caller may not see. A task whose document is
     gone is in no base: only those who read every base find it."""
     if table_name == "documents":
-        column, source = "d.id", f"{DOCUMENTS} AS d"
+        column, source, alive = "d.id", f"{DOCUMENTS} AS d", _NOT_DELETING
+    elif table_name == "deleted":
+        column, source, alive = "d.id", f"{DELETED} AS d", ""
     else:
         column, source = "t.id", f"{TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id"
+        alive = f"(d.status IS NULL OR {_NOT_DELETING})"
     scoped, params = scope_filter(scope)
     if len(ref) >= MIN_PREFIX:
         match, params["ref"] = f"{column} LIKE :ref ESCAPE '\\'", escape_like(ref) + "%"
     else:
         match, params["ref"] = f"{column} = :ref", ref
-    sql = f"SELECT {column} FROM {source}{_where([match, scoped])} ORDER BY {column} LIMIT 2"
+    sql = f"SELECT {column} FROM {source}{_where([match, alive, scoped])} ORDER BY {column} LIMIT 2"
     return conn.execute(sql, params).scalars()
 
 
@@ -132,7 +138,8 @@ def list_documents(
         "d.id = :id": document_id,
     }
     scoped, scope_params = scope_filter(scope)
-    clauses = [condition for condition, value in conditions.items() if value] + [scoped]
+    clauses = [condition for condition, value in conditions.items() if value]
+    clauses += [_NOT_DELETING, scoped]
     sql = (
         f"SELECT {', '.join(LISTING_COLUMNS)} FROM {DOCUMENTS} AS d"
         f" LEFT JOIN {TASKS} AS t ON t.id = d.latest_task_id{_where(clauses)}"
@@ -342,6 +349,59 @@ def dangling_base_access(conn: Connection) -> list[Any]:
     return conn.execute(sql).all()
 
 
+# --- taking documents out ---------------------------------------------------------------
+
+
+def insert_tombstone(conn: Connection, **values: Any) -> None:
+    """What remains of a deleted document: base, file name, task ids, who and when."""
+    _insert(conn, DELETED, values)
+
+
+def get_tombstone(conn: Connection, document_id: str) -> Row | None:
+    return conn.execute(f"SELECT * FROM {DELETED} WHERE id = :id", {"id": document_id}).first()
+
+
+def delete_document_chunks(conn: Connection, document_id: str, limit: int) -> int:
+    """Up to `limit` chunks of any revision of the document; how many went."""
+    sql = f"""DELETE FROM {CHUNKS} WHERE id IN
+        (SELECT id FROM {CHUNKS} WHERE document_id = :id LIMIT :limit)"""
+    return conn.execute(sql, {"id": document_id, "limit": limit}).rowcount
+
+
+def delete_document_tasks(conn: Connection, document_id: str) -> int:
+    sql = f"DELETE FROM {TASKS} WHERE document_id = :id"
+    return conn.execute(sql, {"id": document_id}).rowcount
+
+
+def delete_document_row(conn: Connection, document_id: str) -> bool:
+    """The last step of a delete: only a document marked deleting, with no chunk left."""
+    sql = f"""DELETE FROM {DOCUMENTS} WHERE id = :id AND status = '{DocStatus.DELETING}'
+        AND NOT EXISTS (SELECT 1 FROM {CHUNKS} WHERE document_id = :id)"""
+    return conn.execute(sql, {"id": document_id}).rowcount == 1
+
+
+def revision_has_chunks(conn: Connection, document_id: str, revision: int) -> bool:
+    sql = f"SELECT 1 FROM {CHUNKS} WHERE document_id = :id AND revision = :revision LIMIT 1"
+    return conn.execute(sql, {"id": document_id, "revision": revision}).first() is not None
+
+
+def documents_being_deleted(conn: Connection) -> list[Row]:
+    sql = f"SELECT * FROM {DOCUMENTS} WHERE status = '{DocStatus.DELETING}' ORDER BY id"
+    return conn.execute(sql).all()
+
+
+def document_footprint(conn: Connection, document_id: str) -> Row:
+    """How many chunks and tasks a document has, and the bytes of its chunks' text."""
+    sql = f"""SELECT
+        (SELECT count(*) FROM {CHUNKS} WHERE document_id = :id) AS chunks,
+        (SELECT coalesce(sum(length(text)), 0) FROM {CHUNKS} WHERE document_id = :id)
+            AS chunk_bytes,
+        (SELECT count(*) FROM {TASKS} WHERE document_id = :id) AS tasks"""
+    row = conn.execute(sql, {"id": document_id}).first()
+    assert row is not None  # an aggregate always returns one row
+    return row
+
+
 # --- what doctor checks ----------------------------------------------------------------
 
 
@@ -371,6 +431,7 @@ def chunk_owners(conn: Connection) -> list[Row]:
     may exist: the document's published revision and latest task, and that task."""
     return conn.execute(
         f"""SELECT DISTINCT c.document_id, c.revision, c.task_id, d.published_revision,
+            d.archived_revision, d.rejected_revision, d.status AS document_status,
             d.latest_task_id, d.object_key, t.status AS task_status, t.revision AS task_revision
         FROM {CHUNKS} AS c
         LEFT JOIN {DOCUMENTS} AS d ON d.id = c.document_id

@@ -76,6 +76,9 @@ class DocumentRecord:
     published_revision: int | None
     created_at: str
     updated_at: str
+    # Set by `kb unpublish` (the revision it stopped serving) and `kb reject` (why).
+    archived_revision: int | None
+    rejected_reason: str | None
     latest_task: TaskRecord | None
 
     @classmethod
@@ -125,6 +128,8 @@ DOCUMENT_COLUMNS = (
     "published_revision",
     "created_at",
     "updated_at",
+    "archived_revision",
+    "rejected_reason",
 )
 # Task columns get their own names: psycopg's rows refuse a second `id` or `status`.
 LISTING_COLUMNS = tuple(f"d.{column}" for column in DOCUMENT_COLUMNS) + tuple(

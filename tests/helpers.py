@@ -348,7 +348,7 @@ WORK_KEYS = {"claimed", "worker_id", "task_id", "task"}
 SEARCH_KEYS = {"document_id", "filename", "revision", "chunk_index", "score", "text"}
 STAGES = ("download", "parse", "embedding", "indexing", "finalizing")
 TASK_STATUSES = {"queued", "running", "succeeded", "failed", "cancelled", "retry_wait"}
-DOC_STATUSES = {"draft", "processing", "review_pending", "published", "failed"}
+DOC_STATUSES = {"draft", "processing", "review_pending", "published", "failed", "archived"}
 
 
 def is_rfc3339_utc(value: str) -> bool:

@@ -1,4 +1,5 @@
-"""Documents and their review: `kb upload`, `kb submit`, `kb publish`."""
+"""Documents and their review: `kb upload`, `kb submit`, `kb publish`, `kb reject`,
+`kb unpublish`, `kb delete`."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import DocumentId, JsonFlag, open_kb
+from kb_cli.cli.shared import BaseOption, DocumentId, JsonFlag, open_kb
 from kb_cli.errors import UsageError
+from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
 from kb_cli.permissions import DEFAULT_BASE, EDITORS, REVIEWERS, Rule, Target
 
 UPLOAD = Rule("upload", EDITORS, Target.BASE)
@@ -114,3 +116,93 @@ def publish(
 
     record = documents.publish_document(open_kb(ctx, PUBLISH, document_id), document_id, if_version)
     console.print_records([record], json_out)
+
+
+REJECT = Rule("reject", REVIEWERS, Target.DOCUMENT)
+
+
+def reject(
+    ctx: typer.Context,
+    document_id: DocumentId,
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason", metavar="TEXT", help="Why it is turned down (kept, shown in history)."
+        ),
+    ],
+    json_out: JsonFlag = False,
+) -> None:
+    """Turn a document waiting for review down: it goes back to draft, or keeps serving
+    its published revision when the rejected one was to replace it.
+
+    Example: kb reject 3f2a9c --reason "wrong year in the tables"
+    """
+    from kb_cli.services import review
+
+    record = review.reject_document(open_kb(ctx, REJECT, document_id), document_id, reason)
+    console.print_records([record], json_out)
+
+
+UNPUBLISH = Rule("unpublish", REVIEWERS, Target.DOCUMENT)
+
+
+def unpublish(ctx: typer.Context, document_id: DocumentId, json_out: JsonFlag = False) -> None:
+    """Stop serving a document in search at once; `kb publish` serves it again.
+
+    Example: kb unpublish 3f2a9c
+    """
+    from kb_cli.services import review
+
+    record = review.unpublish_document(open_kb(ctx, UNPUBLISH, document_id), document_id)
+    console.print_records([record], json_out)
+
+
+DELETE = Rule("delete", EDITORS, Target.DOCUMENT)
+_LISTED_STATUSES = [str(status) for status in ACTIVE_DOCUMENT_STATUSES]
+DELETE_IN_BASE = Rule("delete", EDITORS, Target.BASE)
+
+
+def delete(
+    ctx: typer.Context,
+    document_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[DOCUMENT_ID]...",
+            help="Documents to delete (ids or unique prefixes).",
+            show_default=False,
+        ),
+    ] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status", metavar="S", help="Instead of ids: every document in this status."
+        ),
+    ] = None,
+    base: BaseOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask on a terminal (for scripts).")
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Delete documents with their revisions, chunks, tasks and stored files.
+
+    A running task is cancelled first. Afterwards the documents are not found, and
+    `kb history ID` still shows their trail. On a terminal, kb asks first (--yes skips).
+
+    Examples: kb delete 3f2a9c; kb delete --status failed --base finance --dry-run
+    """
+    from kb_cli.services import removal
+
+    refs = document_ids or []
+    if status is not None and status not in _LISTED_STATUSES:
+        raise UsageError(f"--status is one of: {', '.join(_LISTED_STATUSES)}")
+    rule, target = (DELETE, refs[0]) if refs else (DELETE_IN_BASE, base)
+    kb = open_kb(ctx, rule, target)
+    planned = removal.plan(kb, refs, status, base)
+    if not dry_run and planned and not yes and not console.confirm_deletion(planned):
+        raise typer.Exit(1)
+    done = planned if dry_run else removal.delete(kb, planned)
+    console.print_deletions(done, json_out)

@@ -329,7 +329,7 @@ def work(
         listener.close()
 
 
-HISTORY = Rule("history", READERS, Target.TASK_OR_DOCUMENT)
+HISTORY = Rule("history", READERS, Target.TRAIL)
 BASE_HISTORY = Rule("history", READERS, Target.BASE)
 
 

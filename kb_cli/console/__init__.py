@@ -37,7 +37,14 @@ from kb_cli.console.core import (
 from kb_cli.console.demo import DemoLog, print_demo_summary
 from kb_cli.console.history import audit_line
 from kb_cli.console.stages import STAGES, LiveStages
-from kb_cli.console.tasks import WIDE, document_line, print_document_table, task_line
+from kb_cli.console.tasks import (
+    WIDE,
+    confirm_deletion,
+    document_line,
+    print_deletions,
+    print_document_table,
+    task_line,
+)
 from kb_cli.console.waiting import NO_WORKER_HINT, NO_WORKER_HINT_SECONDS, LiveWait, WaitHint
 from kb_cli.console.workers import LiveWorkerDisplay, PlainWorkerLog
 
@@ -57,12 +64,14 @@ __all__ = [
     "WaitHint",
     "audit_line",
     "cell_len_of",
+    "confirm_deletion",
     "document_line",
     "emit",
     "is_fancy",
     "log",
     "note",
     "print_bases",
+    "print_deletions",
     "print_demo_summary",
     "print_doctor",
     "print_document_table",

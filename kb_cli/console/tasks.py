@@ -6,16 +6,20 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 from kb_cli.console.core import (
     cell,
+    emit,
     human_size,
     is_fancy,
+    log,
     print_records,
     rich_console,
     short,
     stage_count,
     styled,
+    visible,
 )
 from kb_cli.records import DocumentRecord, TaskRecord
 
@@ -53,6 +57,10 @@ def document_line(document: DocumentRecord) -> str:
         f"published_revision={document.published_revision or '-'}",
         f"size={document.size_bytes}",
     ]
+    if document.archived_revision is not None:
+        parts.append(f"unpublished_revision={document.archived_revision}")
+    if document.rejected_reason:
+        parts.append(f"rejected={json.dumps(document.rejected_reason, ensure_ascii=False)}")
     task = document.latest_task
     if task:
         parts += [
@@ -123,6 +131,10 @@ def document_panel(document: DocumentRecord):
         ("created", document.created_at),
         ("updated", document.updated_at),
     ]
+    if document.archived_revision is not None:
+        fields.append(("unpublished", f"revision {document.archived_revision} (kb publish)"))
+    if document.rejected_reason:
+        fields.append(("rejected", cell(document.rejected_reason)))
     task = document.latest_task
     if task is not None:
         fields += [("latest task", task.task_id), *_task_fields(task)]
@@ -240,3 +252,34 @@ def _age(stamp: str, now: datetime) -> str:
         if total >= size:
             return f"{total // size}{unit}"
     return f"{total}s"
+
+
+def confirm_deletion(planned: list[Any]) -> bool:
+    """On a terminal, ask before deleting; elsewhere (a script, a pipe) do not ask."""
+    if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
+        return True
+    for deletion in planned[:10]:
+        log(f"  {deletion.document_id}  {visible(deletion.filename)}  ({deletion.status})")
+    if len(planned) > 10:
+        log(f"  ... and {len(planned) - 10} more")
+    noun = "document" if len(planned) == 1 else "documents"
+    sys.stderr.write(f"delete {len(planned)} {noun} with their chunks and files? [y/N] ")
+    sys.stderr.flush()
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        log("nothing deleted")
+        return False
+    return True
+
+
+def print_deletions(deletions: list[Any], as_json: bool) -> None:
+    if as_json:
+        print_records(deletions, True)
+        return
+    for deletion in deletions:
+        verb = "deleted" if deletion.deleted else "would delete"
+        emit(
+            f"{verb} {deletion.document_id} {visible(deletion.filename)} ({deletion.status}; "
+            f"{deletion.chunks} chunks, {deletion.tasks} tasks)"
+        )
+    if not deletions:
+        log("kb: nothing to delete")

@@ -24,6 +24,7 @@ _KINDS = {
     Target.DOCUMENT: ("documents",),
     Target.TASK: ("tasks",),
     Target.TASK_OR_DOCUMENT: ("tasks", "documents"),
+    Target.TRAIL: ("tasks", "documents", "deleted"),
 }
 
 

@@ -16,6 +16,7 @@ from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import RepairRefused
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
+from kb_cli.services import removal
 from kb_cli.transitions import requeue_task
 
 # An object younger than this may belong to an upload whose row is not committed yet.
@@ -52,7 +53,9 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
     """Find every broken invariant; with `repair`, fix the safe ones and say so."""
     now = format_stamp(kb.clock.now())
     with kb.db.read() as conn:
+        deleting = {row.id for row in removal.unfinished(conn)}
         found = [
+            *_unfinished_deletes(conn),
             *_status_pairs(conn),
             *_stray_chunks(conn),
             *_expired_leases(conn, now),
@@ -60,7 +63,7 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
         ]
         referenced = queries.object_keys(conn)
         database_id = queries.database_id(conn)
-    found += _objects(kb, referenced) + _foreign_store(kb, database_id)
+    found += _objects(kb, referenced, deleting) + _foreign_store(kb, database_id)
     if repair and any(problem.kind == "orphan_object" for problem in found):
         _require_own_store(kb, database_id, referenced)
     report = DoctorReport()
@@ -72,15 +75,29 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
     return report
 
 
+def _unfinished_deletes(conn: Connection) -> list[Problem]:
+    """A delete that began and did not end (its process died): repair finishes it."""
+    return [
+        Problem(
+            "unfinished_delete",
+            row.id,
+            f"document {row.id} ({row.filename}) is being deleted, but nothing is deleting it",
+            row.id,
+            row.object_key,
+        )
+        for row in removal.unfinished(conn)
+    ]
+
+
 def _status_pairs(conn: Connection) -> list[Problem]:
     problems = []
     latest = queries.latest_tasks(conn)
     for document in queries.all_documents(conn):
         task = latest.get(document.latest_task_id)
         task_status = TaskStatus(task.status) if task else None
-        if not is_legal_pair(
-            task_status, DocStatus(document.status), document.published_revision is not None
-        ):
+        has_published = (document.published_revision or document.archived_revision) is not None
+        rejected = task is not None and document.rejected_revision == task.revision
+        if not is_legal_pair(task_status, DocStatus(document.status), has_published, rejected):
             problems.append(
                 Problem(
                     "status_pair",
@@ -104,16 +121,20 @@ def _status_pairs(conn: Connection) -> list[Problem]:
 
 
 def _stray_chunks(conn: Connection) -> list[Problem]:
-    """Chunks may exist for a published revision, or for the latest task's revision
-    while that task runs (a large document's chunks are written in batches before the
-    completion) or once it succeeded."""
+    """Chunks may exist for a published revision, for an unpublished (archived) one, or
+    for the latest task's revision while that task runs (a large document's chunks are
+    written in batches before the completion) or once it succeeded, unless a reviewer
+    rejected that revision. A document being deleted is an unfinished delete instead."""
     problems = []
     for row in queries.chunk_owners(conn):
-        if row.revision == row.published_revision:
+        if row.revision in (row.published_revision, row.archived_revision):
+            continue
+        if row.document_status == DocStatus.DELETING:
             continue
         own_run = (
             row.task_id == row.latest_task_id
             and row.revision == row.task_revision
+            and row.revision != row.rejected_revision
             and row.task_status in (TaskStatus.RUNNING, TaskStatus.SUCCEEDED)
         )
         if not own_run:
@@ -160,8 +181,9 @@ def _base_access(conn: Connection) -> list[Problem]:
     return problems
 
 
-def _objects(kb: Kb, referenced: dict[str, str]) -> list[Problem]:
-    """referenced: object key -> id of the document that refers to it."""
+def _objects(kb: Kb, referenced: dict[str, str], deleting: set[str]) -> list[Problem]:
+    """referenced: object key -> id of the document that refers to it; a document being
+    deleted may have lost its object already (it goes before the row)."""
     problems = [
         Problem(
             "missing_object",
@@ -171,7 +193,7 @@ def _objects(kb: Kb, referenced: dict[str, str]) -> list[Problem]:
             key,
         )
         for key, document_id in sorted(referenced.items())
-        if not kb.store.exists(key)
+        if document_id not in deleting and not kb.store.exists(key)
     ]
     cutoff = time.time() - ORPHAN_GRACE_SECONDS
     for key, modified in kb.store.entries():
@@ -221,6 +243,9 @@ def _repair(kb: Kb, problem: Problem) -> bool:
         return _delete_stray_chunks(kb, problem.id)
     if problem.kind == "expired_lease":
         return _requeue_abandoned(kb, problem.id)
+    if problem.kind == "unfinished_delete":
+        removal.finish(kb, problem.id)
+        return True
     return False
 
 
@@ -229,11 +254,15 @@ def _delete_stray_chunks(kb: Kb, document_id: str) -> bool:
         stray = [p for p in _stray_chunks(conn) if p.id == document_id]
         if stray:
             document = queries.get_document(conn, document_id)
-            published = document.published_revision if document else None
-            keep = {published} if published is not None else set()  # NOT IN (NULL) is empty
+            served = (document.published_revision, document.archived_revision) if document else ()
+            keep = {revision for revision in served if revision is not None}  # NOT IN (NULL)
             if document and document.latest_task_id:
                 task = queries.get_task(conn, document.latest_task_id)
-                if task and task.status in (TaskStatus.RUNNING, TaskStatus.SUCCEEDED):
+                if (
+                    task
+                    and task.status in (TaskStatus.RUNNING, TaskStatus.SUCCEEDED)
+                    and task.revision != document.rejected_revision
+                ):
                     keep.add(task.revision)
             queries.delete_chunks_except(conn, document_id, keep)
     return True

@@ -58,12 +58,12 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
     [upload] = _check_files([path], kb.settings.max_upload_bytes)
     with kb.db.read() as conn:
         document_id = resolve_document_id(conn, kb.scope, document_ref)
-        _require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
+        require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
     [obj] = _store_all(kb, [upload])
     try:
         with kb.db.write() as conn:
             document = queries.existing_document(conn, document_id, lock=True)
-            _require_status(document, REPLACEABLE, "replace")
+            require_status(document, REPLACEABLE, "replace")
             # A published document goes back to draft; draft and failed keep their status
             # so that `retry` reprocesses a failed document with its new file.
             new_status = (
@@ -101,28 +101,40 @@ def submit_document(kb: Kb, document_ref: str) -> TaskRecord:
 
 
 def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -> DocumentRecord:
-    """review_pending -> published: move the published revision pointer in one step."""
+    """review_pending -> published: move the published revision pointer in one step;
+    archived -> published: serve the unpublished revision again, without reprocessing."""
     with kb.db.write() as conn:
         document_id = resolve_document_id(conn, kb.scope, document_ref)
         document = queries.existing_document(conn, document_id, lock=True)
-        _require_status(document, PUBLISHABLE, "publish")
+        require_status(document, PUBLISHABLE, "publish")
         if if_version is not None and if_version != document.version:
             raise ConflictError(
                 f"document {document_id} is at version {document.version}, not {if_version}"
             )
+        revision = document.revision
+        if document.status == DocStatus.ARCHIVED:
+            revision = document.archived_revision
+            if not queries.revision_has_chunks(conn, document_id, revision):
+                raise ConflictError(
+                    f"cannot publish document {document_id} again: the chunks of revision "
+                    f"{revision} are gone; upload it again (kb upload FILE --replace "
+                    f"{document_id}) and submit it"
+                )
         moved = move_document(
             conn,
             document,
             DocStatus.PUBLISHED,
             actor=kb.actor.name,
             action="publish",
-            detail=f"revision {document.revision}",
+            detail=f"revision {revision}",
             if_version=if_version,
-            published_revision=document.revision,
+            published_revision=revision,
+            archived_revision=None,
         )
         if not moved:
             raise ConflictError(f"document {document_id} changed meanwhile; read it and retry")
-        queries.delete_unpublished_chunks(conn, document_id, keep_revision=document.revision)
+        # What nothing serves any more goes now: earlier revisions, an unpublished one.
+        queries.delete_unpublished_chunks(conn, document_id, keep_revision=revision)
         return document_record(conn, document_id)
 
 
@@ -228,7 +240,7 @@ def _insert_document(
 def _submit(conn: Connection, actor: str, document_id: str) -> str:
     """draft -> processing with a new queued task and its outbox event, in `conn`."""
     document = queries.existing_document(conn, document_id, lock=True)
-    _require_status(document, SUBMITTABLE, "submit")
+    require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
     now = utcnow()
     queries.insert_task(
@@ -252,6 +264,8 @@ def _submit(conn: Connection, actor: str, document_id: str) -> str:
         action="submit",
         detail=f"task {task_id}",
         latest_task_id=task_id,
+        rejected_revision=None,
+        rejected_reason=None,
         updated_at=now,
     ):
         raise ConflictError(f"document {document_id} changed meanwhile; try again")
@@ -286,10 +300,12 @@ NEXT_STEP = {
     DocStatus.REVIEW_PENDING: "it waits for review: kb publish {id}",
     DocStatus.PUBLISHED: "it is published; to change it: kb upload FILE --replace {id}",
     DocStatus.FAILED: "fix the cause (kb upload FILE --replace {id}), then: kb retry {id}",
+    DocStatus.ARCHIVED: "it is unpublished: kb publish {id} serves it again",
+    DocStatus.DELETING: "it is being deleted",
 }
 
 
-def _require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None:
+def require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None:
     if document is None:
         raise NotFoundError("no document with that id")
     if document.status not in allowed:

@@ -1,7 +1,10 @@
-"""`kb history`: the audit trail of a document (with its tasks), of a task, or of a
-knowledge base (`base:NAME`: its creation, grants, and refused uploads into it)."""
+"""`kb history`: the audit trail of a document (with its tasks, also once it was
+deleted), of a task, or of a knowledge base (`base:NAME`: its creation, grants, and
+refused uploads into it)."""
 
 from __future__ import annotations
+
+import json
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base, resolve_id
@@ -15,9 +18,12 @@ def history(kb: Kb, ref: str) -> list[AuditRecord]:
             require_base(conn, kb.scope, ref.removeprefix(BASE_PREFIX))
             ids = [ref]
         else:
-            kind, entity_id = resolve_id(conn, kb.scope, ref, "documents", "tasks")
+            kind, entity_id = resolve_id(conn, kb.scope, ref, "documents", "tasks", "deleted")
             ids = [entity_id]
             if kind == "documents":
                 ids += queries.task_ids_of_document(conn, entity_id)
+            elif kind == "deleted":  # the trail outlives the document
+                tombstone = queries.get_tombstone(conn, entity_id)
+                ids += json.loads(tombstone.task_ids) if tombstone else []
         rows = queries.list_audit_events(conn, ids)
     return [AuditRecord.from_row(row) for row in rows]

@@ -1,0 +1,160 @@
+"""`kb delete`: documents out of the knowledge base, with everything they own.
+
+A delete first marks the document `deleting` in one short transaction: its running
+task (if any) is cancelled there (a cancel always wins: the worker's next fenced write
+is refused), search stops serving it, every command finds it no more, a tombstone keeps
+what `kb history` needs, and the delete is an audit event. Then its rows go in bounded
+batches (chunks, tasks), then its stored object, then the row itself. A crash at any
+point leaves a `deleting` document, which `kb doctor --repair` finishes: never a chunk
+that search serves, never an object that no row names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kb_cli import queries
+from kb_cli.app import Kb, require_base, resolve_document_id
+from kb_cli.db import Connection, utcnow
+from kb_cli.errors import UsageError
+from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
+from kb_cli.records import Row
+from kb_cli.transitions import move_document, move_task
+
+
+@dataclass
+class Deletion:
+    """One document a delete removes (or, with --dry-run, would remove)."""
+
+    document_id: str
+    filename: str
+    base: str
+    status: str
+    chunks: int
+    tasks: int
+    deleted: bool
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan(
+    kb: Kb, refs: list[str], status: str | None = None, base: str | None = None
+) -> list[Deletion]:
+    """The documents named (ids or unique prefixes) or matching the filter, in the
+    caller's readable bases: all found, or nothing (not_found names the first missing)."""
+    if refs and (status or base):
+        raise UsageError("give document ids or a filter (--status, --base), not both")
+    if not refs and not (status or base):
+        raise UsageError("say what to delete: document ids, or --status S and/or --base NAME")
+    with kb.db.read() as conn:
+        if refs:
+            ids = list(dict.fromkeys(resolve_document_id(conn, kb.scope, ref) for ref in refs))
+        else:
+            if base is not None:
+                require_base(conn, kb.scope, base)
+            rows = queries.list_documents(conn, status=status, scope=kb.actor.scope(base))
+            ids = [row[0] for row in rows]
+        return [_planned(conn, document_id) for document_id in ids]
+
+
+def _planned(conn: Connection, document_id: str) -> Deletion:
+    document = queries.existing_document(conn, document_id)
+    footprint = queries.document_footprint(conn, document_id)
+    return Deletion(
+        document_id,
+        document.filename,
+        document.base,
+        document.status,
+        footprint.chunks,
+        footprint.tasks,
+        deleted=False,
+    )
+
+
+def delete(kb: Kb, planned: list[Deletion]) -> list[Deletion]:
+    """Delete what `plan` found; each document marked in its own transaction, then
+    emptied in batches."""
+    done = []
+    for deletion in planned:
+        begin(kb, deletion.document_id)
+        finish(kb, deletion.document_id)
+        deletion.deleted = True
+        done.append(deletion)
+    return done
+
+
+def begin(kb: Kb, document_id: str) -> None:
+    """The first step, in one transaction: cancel, stop serving, hide, record."""
+    now = utcnow()
+    with kb.db.write() as conn:
+        document = queries.existing_document(conn, document_id, lock=True)
+        task_ids = queries.task_ids_of_document(conn, document_id)
+        if document.latest_task_id:
+            _cancel_active(kb, conn, document.latest_task_id, now)
+        move_document(
+            conn,
+            document,
+            DocStatus.DELETING,
+            actor=kb.actor.name,
+            action="delete",
+            required=True,
+            detail=f"{document.filename} (base {document.base})",
+            published_revision=None,
+            archived_revision=None,
+            updated_at=now,
+        )
+        queries.insert_tombstone(
+            conn,
+            id=document_id,
+            base=document.base,
+            filename=document.filename,
+            task_ids=json.dumps(task_ids),
+            deleted_at=now,
+            deleted_by=kb.actor.name,
+        )
+        payload = {"document_id": document_id, "base": document.base}
+        queries.insert_outbox_event(conn, "document.deleted", document_id, payload, now)
+
+
+def _cancel_active(kb: Kb, conn: Connection, task_id: str, now: str) -> None:
+    """A task still queued, running or waiting to retry is cancelled first, as `kb
+    cancel` would: a worker holding it writes nothing more."""
+    task = queries.existing_task(conn, task_id, lock=True)
+    if task.status in ACTIVE_TASK_STATUSES:
+        move_task(
+            conn,
+            task,
+            TaskStatus.CANCELLED,
+            actor=kb.actor.name,
+            action="cancel",
+            required=True,
+            detail="the document is being deleted",
+            lease_expires_at=None,
+            retry_at=None,
+            updated_at=now,
+        )
+
+
+def finish(kb: Kb, document_id: str) -> None:
+    """Remove what a document marked `deleting` still owns, in bounded transactions:
+    chunks (a batch each), tasks, the stored object, the row. Safe to run again."""
+    batch = kb.settings.chunk_batch
+    while True:
+        with kb.db.write() as conn:
+            if queries.delete_document_chunks(conn, document_id, batch) < batch:
+                break
+    with kb.db.write() as conn:
+        document = queries.get_document(conn, document_id)
+        queries.delete_document_tasks(conn, document_id)
+    if document is None:
+        return
+    kb.store.delete(document.object_key)  # before the row: no object without a row
+    with kb.db.write() as conn:
+        queries.delete_document_row(conn, document_id)
+
+
+def unfinished(conn: Connection) -> list[Row]:
+    """Documents whose delete began and did not end (a crash): for doctor."""
+    return queries.documents_being_deleted(conn)
