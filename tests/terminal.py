@@ -27,10 +27,15 @@ def terminal_env() -> dict[str, str]:
 
 
 def run_in_terminal(
-    *args: str, timeout: float = 60, interrupt_on: str | None = None, **env: str
+    *args: str,
+    timeout: float = 60,
+    interrupt_on: str | None = None,
+    answer: tuple[str, str] | None = None,
+    **env: str,
 ) -> tuple[int, str]:
     """Run `kb` with stdin, stdout and stderr on a pseudo-terminal; return the screen text.
-    A command that runs until stopped gets Ctrl-C a second after `interrupt_on` was drawn."""
+    A command that runs until stopped gets Ctrl-C a second after `interrupt_on` was drawn;
+    `answer` (prompt, reply) types the reply once the prompt was drawn."""
     leader, follower = pty.openpty()
     env = {**terminal_env(), **env}
     size = struct.pack("HHHH", int(env["LINES"]), int(env["COLUMNS"]), 0, 0)
@@ -46,10 +51,13 @@ def run_in_terminal(
     os.close(follower)
     chunks: list[bytes] = []
     interrupt = {"on": interrupt_on, "at": None}
+    pending = [answer] if answer else []
 
     def screen_ended() -> bool:
         """Read what was drawn for up to 0.1 s; true once the terminal closed or the
         process ended with nothing more to read."""
+        if pending and pending[0][0].encode() in b"".join(chunks):
+            os.write(leader, pending.pop()[1].encode())
         if interrupt["on"] and interrupt["on"].encode() in b"".join(chunks):
             interrupt["on"], interrupt["at"] = None, time.monotonic() + 1.0
         if interrupt["at"] and time.monotonic() >= interrupt["at"]:

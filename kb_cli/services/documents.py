@@ -64,11 +64,10 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
         with kb.db.write() as conn:
             document = queries.existing_document(conn, document_id, lock=True)
             require_status(document, REPLACEABLE, "replace")
-            # A published document goes back to draft; draft and failed keep their status
-            # so that `retry` reprocesses a failed document with its new file.
-            new_status = (
-                DocStatus.DRAFT if document.status == DocStatus.PUBLISHED else document.status
-            )
+            # A published (or unpublished) document goes back to draft; draft and failed
+            # keep their status so that `retry` reprocesses a failed document's new file.
+            served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
+            new_status = DocStatus.DRAFT if document.status in served else document.status
             move_document(
                 conn,
                 document,

@@ -129,10 +129,11 @@ class Worker:
             self.listener.claimed(TaskRecord.from_row(claim.task), filename, claim.reclaimed_from)
         return claim
 
-    def execute(self, claim: Claim) -> TaskRecord:
+    def execute(self, claim: Claim) -> TaskRecord | None:
         """Run the claimed task's stages and end the attempt: completed, failed (or
         waiting for a retry), released on a stop, or left alone when the claim was
-        lost. The final task record."""
+        lost. The final task record; None when the task is gone (its document was
+        deleted while it ran)."""
         task_id = claim.task.id
         self.heartbeat.watch(claim)
         try:
@@ -164,7 +165,9 @@ class Worker:
         final = claim.final_row
         if final is None:  # the claim was lost: someone else wrote the last state
             with self.kb.db.read() as conn:
-                final = queries.existing_task(conn, task_id)
+                final = queries.get_task(conn, task_id)
+        if final is None:  # ... and its document was deleted since: no task to show
+            return None
         record = TaskRecord.from_row(final)
         self.listener.finished(record)
         return record
