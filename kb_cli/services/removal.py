@@ -138,21 +138,40 @@ def _cancel_active(kb: Kb, conn: Connection, task_id: str, now: str) -> None:
 
 
 def finish(kb: Kb, document_id: str) -> None:
-    """Remove what a document marked `deleting` still owns, in bounded transactions:
-    chunks (a batch each), tasks, the stored object, the row. Safe to run again."""
+    """Remove what a document marked `deleting` still owns, in bounded transactions.
+    Safe to run again from any point (doctor --repair does after a crash)."""
+    for step in STEPS:
+        step(kb, document_id)
+
+
+def remove_chunks(kb: Kb, document_id: str) -> None:
     batch = kb.settings.chunk_batch
     while True:
         with kb.db.write() as conn:
             if queries.delete_document_chunks(conn, document_id, batch) < batch:
-                break
+                return
+
+
+def remove_tasks(kb: Kb, document_id: str) -> None:
     with kb.db.write() as conn:
-        document = queries.get_document(conn, document_id)
         queries.delete_document_tasks(conn, document_id)
-    if document is None:
-        return
-    kb.store.delete(document.object_key)  # before the row: no object without a row
+
+
+def remove_object(kb: Kb, document_id: str) -> None:
+    """Before the row, so that no object is ever left that no row names."""
+    with kb.db.read() as conn:
+        document = queries.get_document(conn, document_id)
+    if document is not None:
+        kb.store.delete(document.object_key)
+
+
+def remove_row(kb: Kb, document_id: str) -> None:
     with kb.db.write() as conn:
         queries.delete_document_row(conn, document_id)
+
+
+# The order of a delete after `begin`; a crash between two steps is finished by `finish`.
+STEPS = (remove_chunks, remove_tasks, remove_object, remove_row)
 
 
 def unfinished(conn: Connection) -> list[Row]:
