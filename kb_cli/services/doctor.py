@@ -19,6 +19,8 @@ from kb_cli.permissions import BASE_PREFIX
 from kb_cli.services import removal
 from kb_cli.transitions import requeue_task
 
+# Documents search must never serve: unpublished, or on their way out.
+NOT_SERVED = (DocStatus.ARCHIVED, DocStatus.DELETING)
 # An object younger than this may belong to an upload whose row is not committed yet.
 ORPHAN_GRACE_SECONDS = 600
 
@@ -97,6 +99,17 @@ def _status_pairs(conn: Connection) -> list[Problem]:
         task_status = TaskStatus(task.status) if task else None
         has_published = (document.published_revision or document.archived_revision) is not None
         rejected = task is not None and document.rejected_revision == task.revision
+        if document.published_revision is not None and document.status in NOT_SERVED:
+            problems.append(
+                Problem(
+                    "served_while_out",
+                    document.id,
+                    f"document is {document.status} but search serves its revision "
+                    f"{document.published_revision}",
+                    document.id,
+                    document.object_key,
+                )
+            )
         if not is_legal_pair(task_status, DocStatus(document.status), has_published, rejected):
             problems.append(
                 Problem(

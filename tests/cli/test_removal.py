@@ -252,3 +252,23 @@ def test_a_document_in_an_unreadable_base_is_not_found_for_delete(invoke, tmp_pa
     check_error(invoke("history", doc, "--json", token=outsider), 3, "not_found")
     trail = invoke("history", doc, "--json", token=admin).records
     assert [e["action"] for e in trail if e["action"] != "refused"][-1] == "delete"
+
+
+def test_doctor_reports_an_archived_document_that_search_would_serve(invoke, tmp_path):
+    from sqlalchemy import create_engine, text
+
+    from kb_cli.config import resolve_settings
+
+    task = ingest(invoke, tmp_path, "policy.md", POLICY)
+    doc = task["document_id"]
+    publish(invoke, doc)
+    invoke("unpublish", doc, "--json")
+    engine = create_engine(resolve_settings().database_url)
+    with engine.begin() as conn:  # what no kb command does: serve an archived revision
+        conn.execute(
+            text("UPDATE documents SET published_revision = 1 WHERE id = :id"), {"id": doc}
+        )
+    engine.dispose()
+    report = invoke("doctor", "--json")
+    assert report.code == 4
+    assert [p["kind"] for p in report.record["problems"]] == ["served_while_out"]
