@@ -199,3 +199,17 @@ class TaskFailure(Exception):
         super().__init__(detail)
         self.code = code  # a kb_cli.lifecycle.ErrorCode
         self.detail = detail
+
+
+# --- a user disabled while its worker runs ----------------------------------------------
+
+
+class UserDisabled(ForbiddenError):
+    """A running worker's user was disabled: its task was released, and it stops. A
+    refusal, so the error boundary records it in the audit trail."""
+
+    is_refusal = True
+
+
+class ActorDisabled(WorkerInterrupt):
+    """The worker's user was disabled: release the task at this safe point and stop."""

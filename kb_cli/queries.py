@@ -251,6 +251,82 @@ def get_user_by_token_id(conn: Connection, token_id: str) -> Row | None:
     return conn.execute(sql, {"token_id": token_id}).first()
 
 
+# --- people: a user's life (list, disable, enable, token, teams), revoking a grant ----
+
+
+def list_users(conn: Connection) -> list[Any]:
+    """Every user by name, without the token's columns."""
+    sql = f"SELECT name, role, created_at, disabled_at, last_used_at FROM {USERS} ORDER BY name"
+    return conn.execute(sql).all()
+
+
+def user_teams(conn: Connection, name: str | None = None) -> list[Any]:
+    """(user_name, team) of one user, or of every user, by team."""
+    if name is None:
+        return conn.execute(f"SELECT user_name, team FROM {USER_TEAMS} ORDER BY team").all()
+    sql = f"SELECT user_name, team FROM {USER_TEAMS} WHERE user_name = :name ORDER BY team"
+    return conn.execute(sql, {"name": name}).all()
+
+
+def user_is_disabled(conn: Connection, name: str) -> bool:
+    """Whether the user a token authenticated is disabled now (or gone): one lookup by
+    primary key, made by a running worker before each of its writes."""
+    sql = f"SELECT disabled_at FROM {USERS} WHERE name = :name"
+    row = conn.execute(sql, {"name": name}).first()
+    return row is None or row.disabled_at is not None
+
+
+def active_admins(conn: Connection) -> list[str]:
+    """The names of the admins not disabled, their rows locked until commit on
+    PostgreSQL (SQLite: BEGIN IMMEDIATE), so two admins disabling each other at once
+    cannot both succeed."""
+    sql = (
+        f"SELECT name FROM {USERS} WHERE role = 'admin' AND disabled_at IS NULL ORDER BY name"
+        + conn.engine.LOCK_ROW
+    )
+    return conn.execute(sql).scalars()
+
+
+def set_user_disabled(conn: Connection, name: str, at: str | None) -> bool:
+    """Disable (`at` a stamp) or enable (`at` None) a user; False when it already was."""
+    guard = "disabled_at IS NOT NULL" if at is None else "disabled_at IS NULL"
+    sql = f"UPDATE {USERS} SET disabled_at = :at WHERE name = :name AND {guard}"
+    return conn.execute(sql, {"name": name, "at": at}).rowcount == 1
+
+
+def set_user_token(conn: Connection, name: str, token_id: str, salt: str, hashed: str) -> bool:
+    """A new token for the user: the old one stops matching at once."""
+    sql = (
+        f"UPDATE {USERS} SET token_id = :token_id, token_salt = :salt, token_hash = :hashed"
+        " WHERE name = :name"
+    )
+    params = {"name": name, "token_id": token_id, "salt": salt, "hashed": hashed}
+    return conn.execute(sql, params).rowcount == 1
+
+
+def touch_user(conn: Connection, name: str, at: str, before: str) -> bool:
+    """Note that the user's token was accepted at `at`, unless that was already noted
+    since `before` (so at most one write a minute per user)."""
+    sql = (
+        f"UPDATE {USERS} SET last_used_at = :at WHERE name = :name"
+        " AND (last_used_at IS NULL OR last_used_at < :before)"
+    )
+    return conn.execute(sql, {"name": name, "at": at, "before": before}).rowcount == 1
+
+
+def delete_user_teams(conn: Connection, user: str, teams: Iterable[str]) -> None:
+    rows = [{"user": user, "team": team} for team in teams]
+    if rows:
+        sql = f"DELETE FROM {USER_TEAMS} WHERE user_name = :user AND team = :team"
+        conn.executemany(sql, rows)
+
+
+def delete_grant(conn: Connection, base: str, user: str) -> bool:
+    """False when the user had no grant on the base."""
+    sql = f"DELETE FROM {BASE_GRANTS} WHERE base = :base AND user_name = :user"
+    return conn.execute(sql, {"base": base, "user": user}).rowcount == 1
+
+
 # --- knowledge bases, teams, grants ------------------------------------------------
 
 

@@ -211,3 +211,18 @@ class BaseRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass
+class UserRecord:
+    """A user as `kb user list` shows it: never the token or its hash."""
+
+    user: str
+    role: str
+    teams: list[str]
+    state: str  # "active" or "disabled"
+    created_at: str
+    last_used_at: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)

@@ -8,7 +8,7 @@ import typer
 
 from kb_cli import console
 from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, TeamOption, open_kb
-from kb_cli.permissions import ADMINS, STATUS_READERS, Rule, Target
+from kb_cli.permissions import ADMINS, BASE_PREFIX, STATUS_READERS, Rule, Target
 
 base_app = typer.Typer(
     help="""Knowledge bases: who reads which documents. Every document is in one base.
@@ -92,3 +92,21 @@ def base_move(
 
     record = bases.move_document(open_kb(ctx, BASE_MOVE, document_id), document_id, name)
     console.print_records([record], json_out)
+
+
+@base_app.command("revoke")
+def base_revoke(
+    ctx: typer.Context,
+    name: BaseName,
+    user: Annotated[str, typer.Argument(metavar="USER", help="User name.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Take one user's grant on a base away, at once (admin). A grant that does not exist
+    is a conflict.
+
+    Example: kb base revoke engineering carol
+    """
+    from kb_cli.services import bases
+
+    kb = open_kb(ctx, BASE_CREATE, BASE_PREFIX + name)  # a refusal goes to base:NAME's trail
+    console.print_bases([bases.revoke_base(kb, name, user)], json_out)

@@ -17,6 +17,7 @@ from kb_cli.console.admin import (
     print_new_user,
     print_reindex,
     print_upgrade,
+    print_users,
 )
 from kb_cli.console.answers import print_eval, print_search, search_line
 from kb_cli.console.core import (
@@ -81,6 +82,7 @@ __all__ = [
     "print_reindex",
     "print_search",
     "print_upgrade",
+    "print_users",
     "report_error",
     "search_line",
     "short",

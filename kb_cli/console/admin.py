@@ -90,3 +90,17 @@ def print_upgrade(before: str | None, after: str, as_json: bool) -> None:
         write_json({"from_revision": before, "to_revision": after})
     else:
         emit(f"schema at revision {after}" + (f" (was {before})" if before != after else ""))
+
+
+def print_users(records: list[Any], as_json: bool) -> None:
+    """One line per user: name, role, state, teams, created, last used."""
+    if as_json:
+        print_records(records, True)
+        return
+    for record in records:
+        teams = f" teams={','.join(record.teams)}" if record.teams else ""
+        used = record.last_used_at or "never"
+        emit(
+            f"{record.user} role={record.role} {record.state}{teams}"
+            f" created={record.created_at} last_used={used}"
+        )

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 from kb_cli import queries
 from kb_cli.app import MAX_ID_CHARS, Kb, require_base, resolve_id
-from kb_cli.db import Connection, utcnow
+from kb_cli.db import Connection, Database, format_stamp, utcnow
 from kb_cli.errors import ConflictError, ForbiddenError, KbError, NotFoundError, UsageError
 from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target
 from kb_cli.services.bases import check_names
@@ -51,7 +52,10 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None) -> Actor:
         actor, refusal = _check_role(conn, rule)
         if refusal is None and rule.acts_on is not None and target is not None:
             refusal = _hidden_target(conn, actor, rule.acts_on, target)
+        use_due = refusal is None and _use_due(kb, conn, actor)
     if refusal is None:
+        if use_due:
+            note_use(kb, actor.name)
         return actor
     entity, error, why = refusal
     if entity is None and target is not None:
@@ -68,6 +72,9 @@ def _check_role(conn: Connection, rule: Rule) -> tuple[Actor, tuple | None]:
         why = "KB_TOKEN is missing" if not token else "KB_TOKEN is not a valid token"
         return Actor("anonymous"), (None, ForbiddenError(f"forbidden: {why}"), why)
     actor = Actor(user.name, Role(user.role))
+    if user.disabled_at is not None:
+        why = f"user {user.name} is disabled (an admin can run: kb user enable {user.name})"
+        return actor, (None, ForbiddenError(f"forbidden: {why}"), why)
     if actor.role in rule.roles:
         return actor, None
     why = f"role {user.role} may not run {rule.command}"
@@ -105,10 +112,7 @@ def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> Ne
     if not name or len(name) > 100 or not name.isprintable() or name.strip() != name:
         raise UsageError("a user name is 1 to 100 printable characters")
     teams = check_names(teams or [], "team")
-    import secrets  # token modules load only where tokens are made or checked (~8 ms)
-
-    token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
-    salt = secrets.token_hex(16)
+    token, stored = make_token()
     now = utcnow()
     with kb.db.write() as conn:
         # The permission is checked again in the transaction that inserts: two callers
@@ -116,12 +120,20 @@ def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> Ne
         # admins. Once an admin exists, only an admin's token may add a user.
         refusal = _refusal_to_add(conn)
         if refusal is None:
-            hashed = _hash(salt, secret)
-            _insert_user(conn, kb.actor.name, name, role, teams, (token_id, salt, hashed), now)
+            _insert_user(conn, kb.actor.name, name, role, teams, stored, now)
     if refusal is not None:
         record_refusal(kb, kb.actor.name, "user", name, refusal)
         raise ForbiddenError(f"forbidden: {refusal}")
-    return NewUser(name, role, f"kb_{token_id}_{secret}", teams)
+    return NewUser(name, role, token, teams)
+
+
+def make_token() -> tuple[str, tuple[str, str, str]]:
+    """A new token, and what is stored of it: (id, salt, salted hash of the secret)."""
+    import secrets  # token modules load only where tokens are made or checked (~8 ms)
+
+    token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    salt = secrets.token_hex(16)
+    return f"kb_{token_id}_{secret}", (token_id, salt, _hash(salt, secret))
 
 
 def _refusal_to_add(conn: Connection) -> str | None:
@@ -130,6 +142,8 @@ def _refusal_to_add(conn: Connection) -> str | None:
     user = _user_for_token(conn, os.environ.get("KB_TOKEN", ""))
     if user is None:
         return "an admin exists now: KB_TOKEN must be an admin's token"
+    if user.disabled_at is not None:
+        return f"user {user.name} is disabled"
     return None if user.role in ADMINS else f"role {user.role} may not run user"
 
 
@@ -205,3 +219,37 @@ def _entity_for(conn: Connection, target: str | None) -> str | None:
         return resolve_id(conn, EVERY_BASE, target, "tasks", "documents")[1]
     except KbError:
         return target[:MAX_ID_CHARS]
+
+
+# --- when a token was last accepted (users.last_used_at) -----------------------------
+
+USE_NOTED_EVERY = timedelta(minutes=1)
+_NOTE_TIMEOUT_SECONDS = 0.1
+
+
+def _use_due(kb: Kb, conn: Connection, actor: Actor) -> bool:
+    """Whether the user's last use is to be written: not noted in the last minute (no
+    write transaction at all otherwise); never in open mode."""
+    user = queries.get_user(conn, actor.name) if actor.role is not None else None
+    if user is None:
+        return False
+    return user.last_used_at is None or user.last_used_at < _minute_ago(kb)
+
+
+def _minute_ago(kb: Kb) -> str:
+    return format_stamp(kb.clock.now() - USE_NOTED_EVERY)
+
+
+def note_use(kb: Kb, name: str) -> None:
+    """Write when the user's token was accepted, at most once a minute per user (the
+    guarded UPDATE decides between racing commands). Best effort and brief: its own
+    connection waits at most 0.1 s for a locked database, and a busy or read-only
+    database is ignored, so a read-only command never fails or waits because of it."""
+    database = Database(kb.db.url, min(_NOTE_TIMEOUT_SECONDS, kb.db.busy_timeout_seconds))
+    try:
+        with database.write() as conn:
+            queries.touch_user(conn, name, format_stamp(kb.clock.now()), _minute_ago(kb))
+    except Exception:
+        pass
+    finally:
+        database.close()

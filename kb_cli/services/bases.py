@@ -99,3 +99,21 @@ def move_document(kb: Kb, document_ref: str, base: str) -> DocumentRecord:
         )
         queries.insert_audit_events(conn, [event])
         return document_record(conn, document_id)
+
+
+def revoke_base(kb: Kb, name: str, user: str) -> BaseRecord:
+    """Take one user's grant on a base away: the user reads the base from the next
+    command on only if a team of theirs, or the whole company, may. A grant that does
+    not exist is a conflict (nothing changes); a grant naming a user that no longer
+    exists can be revoked, which is how the grant `kb doctor` reports is removed."""
+    with kb.db.write() as conn:
+        require_base(conn, kb.scope, name)
+        if not queries.delete_grant(conn, name, user):
+            raise ConflictError(
+                f"user {user!r} has no grant on knowledge base {name!r}; nothing changed "
+                f"(kb base show {name} lists its grants)"
+            )
+        event = audit_event(kb.actor.name, "revoke", BASE_PREFIX + name, detail=f"user {user}")
+        queries.insert_audit_events(conn, [event])
+    [record] = list_bases(kb, name)
+    return record

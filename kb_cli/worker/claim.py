@@ -22,7 +22,7 @@ from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.config import WorkerOptions
 from kb_cli.db import Connection, format_stamp
-from kb_cli.errors import BusyError, ClaimLost, KbError
+from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
 from kb_cli.lifecycle import DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import Row
 from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
@@ -68,6 +68,20 @@ class Claimant:
         named = f"worker {self.options.worker_id}"
         return f"{named}; {detail}" if detail else named
 
+    def actor_disabled(self, conn: Connection) -> bool:
+        """Whether the user this worker authenticated as was disabled since: one lookup
+        by primary key; never in open mode, where the actor is the OS user."""
+        actor = self.kb.actor
+        return actor.role is not None and queries.user_is_disabled(conn, actor.name)
+
+    def refusal(self, task_id: str | None = None) -> UserDisabled:
+        name = self.kb.actor.name
+        released = f"; task {task_id} was released back to the queue" if task_id else ""
+        return UserDisabled(
+            f"forbidden: user {name} is disabled{released}; this worker stops "
+            f"(an admin can run: kb user enable {name})"
+        )
+
     def move_document(self, conn: Connection, task: Row, to: DocStatus, action: str) -> None:
         """Move the task's document along, if it is still processing (one guarded
         UPDATE: a document that was deleted or moved on is left alone)."""
@@ -99,6 +113,8 @@ def take(claimant: Claimant, task_id: str | None) -> Taken:
 def _take_once(claimant: Claimant, task_id: str | None) -> Taken:
     taken = Taken(None)
     with claimant.kb.db.write() as conn:
+        if claimant.actor_disabled(conn):  # a disabled user's worker takes nothing more
+            raise claimant.refusal()
         while (task := _candidate(conn, task_id, now := claimant.now())) is not None:
             if task.status == TaskStatus.RUNNING and task.attempt >= claimant.options.max_attempts:
                 lost = _fail_lost_worker(claimant, conn, task)
@@ -188,6 +204,10 @@ class Claim:
         self.document = document
         self.reclaimed_from = reclaimed_from
         self.lost = threading.Event()  # set by the heartbeat when the claim is gone
+        # Set when a write (or the heartbeat) finds the worker's user disabled: the
+        # attempt releases its task at the next checkpoint and the worker stops.
+        self.disabled = threading.Event()
+        self._giving_up = False  # releasing: the last writes check no user
         self.final_row: Row | None = None  # the task row this attempt's last write left
         self.position: tuple[Stage, int, int] = (Stage.DOWNLOAD, 0, 0)
         options = claimant.options
@@ -216,7 +236,15 @@ class Claim:
             with contextlib.suppress(BusyError), self.kb.db.write() as conn:
                 self._write_progress(conn, stage, done, total)
 
+    def _check_actor(self, conn: Connection) -> None:
+        """Refuse a write of a worker whose user was disabled (ActorDisabled), except
+        the writes that give the task up."""
+        if not self._giving_up and self.claimant.actor_disabled(conn):
+            self.disabled.set()
+            raise ActorDisabled()
+
     def _write_progress(self, conn: Connection, stage: Stage, done: int, total: int) -> None:
+        self._check_actor(conn)
         now = self.claimant.now()
         if not queries.update_task(
             conn,
@@ -234,6 +262,8 @@ class Claim:
 
     def renew_lease(self) -> None:
         with self.kb.db.write() as conn:
+            if self.claimant.actor_disabled(conn):
+                self.disabled.set()  # the attempt's next checkpoint releases the task
             renewed = queries.update_task(
                 conn,
                 self.task.id,
@@ -282,6 +312,7 @@ class Claim:
         def write() -> Row:
             task = self.task
             with self.kb.db.write() as conn:
+                self._check_actor(conn)
                 finished = self._end(
                     conn,
                     TaskStatus.SUCCEEDED,
@@ -316,6 +347,7 @@ class Claim:
         stage, done, total = self.position
         where = {"stage": stage, "completed": done, "total": total}
         with self.kb.db.write() as conn:
+            self._check_actor(conn)
             if retry_at is not None:
                 stamp = format_stamp(retry_at)
                 moved = self._end(
@@ -344,9 +376,11 @@ class Claim:
                 queries.delete_task_chunks(conn, self.task.id)  # what the purge left, if any
         return moved
 
-    def release(self) -> Row | None:
+    def release(self, reason: str = "stopped by a signal") -> Row | None:
         """Graceful stop: back to queued (attempt kept), with no chunks left behind;
-        None when the claim was lost meanwhile."""
+        None when the claim was lost meanwhile. Also how a disabled user's worker gives
+        its task up: these writes check no user."""
+        self._giving_up = True
         self._purge_quietly()
         with self.kb.db.write() as conn:
             self.final_row = requeue_task(
@@ -354,7 +388,7 @@ class Claim:
                 self.task,
                 actor=self.kb.actor.name,
                 action="release",
-                detail=self.claimant.audit_detail("stopped by a signal"),
+                detail=self.claimant.audit_detail(reason),
                 fence=self.fence,
                 updated_at=self.claimant.now(),
             )

@@ -14,6 +14,7 @@ from kb_cli import queries
 from kb_cli.app import Kb, resolve_task_id
 from kb_cli.config import WorkerOptions
 from kb_cli.errors import (
+    ActorDisabled,
     ClaimLost,
     DatabaseUnavailable,
     StopRequested,
@@ -137,11 +138,35 @@ class Worker:
         task_id = claim.task.id
         self.heartbeat.watch(claim)
         try:
+            self._run_attempt(claim)
+        except ActorDisabled:  # from a write, a checkpoint, or an ending's write
+            reason = f"user {self.kb.actor.name} is disabled"
+            self._told(task_id, claim.release(reason), self.listener.released)
+            raise self.claimant.refusal(task_id) from None
+        finally:
+            self.heartbeat.watch(None)
+        final = claim.final_row
+        if final is None:  # the claim was lost: someone else wrote the last state
+            with self.kb.db.read() as conn:
+                final = queries.get_task(conn, task_id)
+        if final is None:  # ... and its document was deleted since: no task to show
+            return None
+        record = TaskRecord.from_row(final)
+        self.listener.finished(record)
+        return record
+
+    def _run_attempt(self, claim: Claim) -> None:
+        """The stages and the ending of one attempt; ActorDisabled goes to the caller,
+        which releases the task."""
+        task_id = claim.task.id
+        try:
             attempt = Attempt(self, claim)
             rows = Pipeline(self.kb, attempt, claim).run(claim.document, claim.task.document_id)
             attempt.report(Stage.FINALIZING, 0, 1)
             claim.complete(rows)
             self.listener.progress(task_id, Stage.FINALIZING, 1, 1)
+        except ActorDisabled:
+            raise
         except ClaimLost:
             self.listener.lost(task_id)
         except StopRequested:
@@ -160,17 +185,6 @@ class Worker:
             ) from error
         except Exception as error:  # a bug or an unforeseen input: fail, do not hang
             self._told(task_id, claim.fail(ErrorCode.INTERNAL_ERROR, describe_error(error)))
-        finally:
-            self.heartbeat.watch(None)
-        final = claim.final_row
-        if final is None:  # the claim was lost: someone else wrote the last state
-            with self.kb.db.read() as conn:
-                final = queries.get_task(conn, task_id)
-        if final is None:  # ... and its document was deleted since: no task to show
-            return None
-        record = TaskRecord.from_row(final)
-        self.listener.finished(record)
-        return record
 
     def _told(self, task_id: str, moved: object, done=None) -> None:
         """Tell the listener how an attempt's ending went: done, or the claim lost."""
@@ -201,5 +215,7 @@ class Attempt:
     def checkpoint(self) -> None:
         if self.claim.lost.is_set():
             raise ClaimLost()
+        if self.claim.disabled.is_set():
+            raise ActorDisabled()
         if self.stop.is_set():
             raise StopRequested()
