@@ -37,7 +37,8 @@ def upload(
         typer.Option(
             "--replace",
             metavar="DOCUMENT_ID",
-            help="Replace the file of this draft, failed or published document (one FILE).",
+            help="Replace the file of this draft, failed, published or unpublished document "
+            "(one FILE).",
         ),
     ] = None,
     base: Annotated[
