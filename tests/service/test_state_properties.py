@@ -25,7 +25,7 @@ from kb_cli.lifecycle import (
     Stage,
     TaskStatus,
 )
-from kb_cli.services import doctor, tasks
+from kb_cli.services import doctor, removal, review, tasks
 from kb_cli.services import documents as docs
 from kb_cli.worker import Attempt, Claim, Pipeline, Worker
 
@@ -58,6 +58,7 @@ class Lifecycle(RuleBasedStateMachine):
         if not self.kb.db.is_sqlite:  # one PostgreSQL database for every example: empty it
             with self.kb.db.write() as conn:
                 for table in (
+                    "deleted_documents",
                     "chunks",
                     "audit_events",
                     "outbox_events",
@@ -115,6 +116,22 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(pick=st.integers(0, 99))
     def replace(self, pick: int) -> None:
         self._conflict_ok(docs.replace_file, self._file(), self._document(pick))
+
+    @precondition(lambda self: self.documents)
+    @rule(pick=st.integers(0, 99))
+    def reject(self, pick: int) -> None:
+        self._conflict_ok(review.reject_document, self._document(pick), "not this one")
+
+    @precondition(lambda self: self.documents)
+    @rule(pick=st.integers(0, 99))
+    def unpublish(self, pick: int) -> None:
+        self._conflict_ok(review.unpublish_document, self._document(pick))
+
+    @precondition(lambda self: self.documents)
+    @rule(pick=st.integers(0, 99))
+    def delete(self, pick: int) -> None:
+        document_id = self.documents.pop(pick % len(self.documents))
+        removal.delete(self.kb, removal.plan(self.kb, [document_id]))
 
     # --- workers, one step at a time ----------------------------------------------
 
@@ -195,20 +212,22 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def every_move_is_in_its_table(self) -> None:
-        """Each state change recorded is a legal move of its machine."""
+        """Each state change recorded is a legal move of its machine, deleted documents'
+        included (their events outlive them)."""
         with self.kb.db.read() as conn:
+            documents = set(conn.execute("SELECT id FROM documents").scalars())
+            documents |= set(conn.execute("SELECT id FROM deleted_documents").scalars())
             events = conn.execute(
-                "SELECT e.from_status, e.to_status, t.id AS task_id FROM audit_events AS e"
-                " LEFT JOIN ingestion_tasks AS t ON t.id = e.entity_id"
-                " WHERE e.to_status IS NOT NULL"
+                "SELECT entity_id, from_status, to_status FROM audit_events"
+                " WHERE to_status IS NOT NULL"
             ).all()
         for event in events:
-            if event.task_id is not None:
-                old = event.from_status and TaskStatus(event.from_status)
-                assert (old or None, TaskStatus(event.to_status)) in TASK_TRANSITIONS, event
-            else:
+            if event.entity_id in documents:
                 old = event.from_status and DocStatus(event.from_status)
                 assert (old or None, DocStatus(event.to_status)) in DOCUMENT_TRANSITIONS, event
+            else:
+                old = event.from_status and TaskStatus(event.from_status)
+                assert (old or None, TaskStatus(event.to_status)) in TASK_TRANSITIONS, event
 
     # --- helpers -----------------------------------------------------------------------
 
