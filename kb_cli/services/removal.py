@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from kb_cli import queries
 from kb_cli.app import Kb, require_base, resolve_document_id
 from kb_cli.db import Connection, utcnow
-from kb_cli.errors import UsageError
+from kb_cli.errors import ConflictError, UsageError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
 from kb_cli.records import Row
 from kb_cli.transitions import move_document, move_task
@@ -89,10 +89,15 @@ def begin(kb: Kb, document_id: str) -> None:
     """The first step, in one transaction: cancel, stop serving, hide, record."""
     now = utcnow()
     with kb.db.write() as conn:
+        # The task row before the document row, in the order a worker and `kb cancel`
+        # lock them, so that two transactions never wait for each other in a circle.
+        latest = queries.existing_document(conn, document_id).latest_task_id
+        if latest:
+            _cancel_active(kb, conn, latest, now)
         document = queries.existing_document(conn, document_id, lock=True)
+        if document.latest_task_id != latest:  # submitted again meanwhile
+            raise ConflictError(f"document {document_id} changed meanwhile; run the delete again")
         task_ids = queries.task_ids_of_document(conn, document_id)
-        if document.latest_task_id:
-            _cancel_active(kb, conn, document.latest_task_id, now)
         move_document(
             conn,
             document,
