@@ -112,6 +112,28 @@ def move_document(
     return moved
 
 
+def cancel_task(
+    conn: Connection, task: Any, *, actor: str, now: str, detail: str | None = None
+) -> Any:
+    """An active task to `cancelled`, its lease and pending retry over (`kb cancel`, and
+    the first step of `kb delete`). Chunks a running worker already wrote go in the same
+    transaction; the worker notices at its next check and writes nothing more."""
+    moved = move_task(
+        conn,
+        task,
+        TaskStatus.CANCELLED,
+        actor=actor,
+        action="cancel",
+        required=True,
+        detail=detail,
+        lease_expires_at=None,
+        retry_at=None,
+        updated_at=now,
+    )
+    queries.delete_task_chunks(conn, task.id)
+    return moved
+
+
 def requeue_task(
     conn: Connection,
     task: Any,

@@ -18,9 +18,9 @@ from kb_cli import queries
 from kb_cli.app import Kb, require_base, resolve_document_id
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, UsageError
-from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
+from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus
 from kb_cli.records import Row
-from kb_cli.transitions import move_document, move_task
+from kb_cli.transitions import cancel_task, move_document
 
 
 @dataclass
@@ -128,18 +128,8 @@ def _cancel_active(kb: Kb, conn: Connection, task_id: str, now: str) -> None:
     cancel` would: a worker holding it writes nothing more."""
     task = queries.existing_task(conn, task_id, lock=True)
     if task.status in ACTIVE_TASK_STATUSES:
-        move_task(
-            conn,
-            task,
-            TaskStatus.CANCELLED,
-            actor=kb.actor.name,
-            action="cancel",
-            required=True,
-            detail="the document is being deleted",
-            lease_expires_at=None,
-            retry_at=None,
-            updated_at=now,
-        )
+        detail = "the document is being deleted"
+        cancel_task(conn, task, actor=kb.actor.name, now=now, detail=detail)
 
 
 def finish(kb: Kb, document_id: str) -> None:

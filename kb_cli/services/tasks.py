@@ -15,12 +15,12 @@ from kb_cli.lifecycle import (
     RETRYABLE_TASK,
     TERMINAL_TASK_STATUSES,
     DocStatus,
-    TaskStatus,
 )
 from kb_cli.permissions import Scope
 from kb_cli.records import DocumentRecord, TaskRecord
 from kb_cli.services.documents import document_record
-from kb_cli.transitions import move_document, move_task, requeue_task
+from kb_cli.transitions import cancel_task as cancel_task_row
+from kb_cli.transitions import move_document, requeue_task
 
 WAIT_POLL_SECONDS = 0.2
 
@@ -84,20 +84,7 @@ def cancel_task(kb: Kb, ref: str) -> TaskRecord:
                 "or retry_wait tasks can be cancelled"
             )
         now = utcnow()
-        move_task(
-            conn,
-            task,
-            TaskStatus.CANCELLED,
-            actor=kb.actor.name,
-            action="cancel",
-            required=True,
-            lease_expires_at=None,
-            retry_at=None,
-            updated_at=now,
-        )
-        # Chunks a running worker already wrote go now, in this transaction; the worker
-        # also notices the cancel at its next check and writes nothing more.
-        queries.delete_task_chunks(conn, task_id)
+        cancel_task_row(conn, task, actor=kb.actor.name, now=now)
         document = queries.get_document(conn, task.document_id, lock=True)
         if document is not None and document.status == DocStatus.PROCESSING:
             move_document(
