@@ -16,6 +16,7 @@ from kb_cli.app import MAX_ID_CHARS, Kb, require_base, resolve_id
 from kb_cli.db import Connection, Database, format_stamp, utcnow
 from kb_cli.errors import ConflictError, ForbiddenError, KbError, NotFoundError, UsageError
 from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target
+from kb_cli.records import Row
 from kb_cli.services.bases import check_names
 from kb_cli.transitions import audit_event
 
@@ -49,10 +50,11 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None) -> Actor:
     with kb.db.read() as conn:
         if not queries.admin_exists(conn):
             return kb.actor  # open mode: a single person on a laptop reads every base
-        actor, refusal = _check_role(conn, rule)
+        user = _user_for_token(conn, os.environ.get("KB_TOKEN", ""))
+        actor, refusal = _check_role(user, rule)
         if refusal is None and rule.acts_on is not None and target is not None:
             refusal = _hidden_target(conn, actor, rule.acts_on, target)
-        use_due = refusal is None and _use_due(kb, conn, actor)
+    use_due = refusal is None and user is not None and _use_due(kb, user)
     if refusal is None:
         if use_due:
             note_use(kb, actor.name)
@@ -64,11 +66,11 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None) -> Actor:
     raise error
 
 
-def _check_role(conn: Connection, rule: Rule) -> tuple[Actor, tuple | None]:
-    """The caller, and (None, forbidden, why) when the token or its role refuses."""
-    token = os.environ.get("KB_TOKEN", "")
-    user = _user_for_token(conn, token)
+def _check_role(user: Row | None, rule: Rule) -> tuple[Actor, tuple | None]:
+    """The caller (the user KB_TOKEN names), and (None, forbidden, why) when the token
+    or its role refuses."""
     if user is None:
+        token = os.environ.get("KB_TOKEN", "")
         why = "KB_TOKEN is missing" if not token else "KB_TOKEN is not a valid token"
         return Actor("anonymous"), (None, ForbiddenError(f"forbidden: {why}"), why)
     actor = Actor(user.name, Role(user.role))
@@ -227,12 +229,9 @@ USE_NOTED_EVERY = timedelta(minutes=1)
 _NOTE_TIMEOUT_SECONDS = 0.1
 
 
-def _use_due(kb: Kb, conn: Connection, actor: Actor) -> bool:
+def _use_due(kb: Kb, user: Row) -> bool:
     """Whether the user's last use is to be written: not noted in the last minute (no
-    write transaction at all otherwise); never in open mode."""
-    user = queries.get_user(conn, actor.name) if actor.role is not None else None
-    if user is None:
-        return False
+    write transaction at all otherwise)."""
     return user.last_used_at is None or user.last_used_at < _minute_ago(kb)
 
 
