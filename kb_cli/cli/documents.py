@@ -98,7 +98,22 @@ PUBLISH = Rule("publish", REVIEWERS, Target.DOCUMENT)
 
 def publish(
     ctx: typer.Context,
-    document_id: DocumentId,
+    document_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[DOCUMENT_ID]",
+            help="A document id, or a unique prefix of 6+ characters.",
+            show_default=False,
+        ),
+    ] = None,
+    all_reviewed: Annotated[
+        bool,
+        typer.Option(
+            "--all-reviewed",
+            help="Publish every document waiting for review that you may publish, "
+            "instead of one DOCUMENT_ID.",
+        ),
+    ] = False,
     if_version: Annotated[
         int | None,
         typer.Option(
@@ -111,12 +126,30 @@ def publish(
 ) -> None:
     """Publish a reviewed document: search serves it from now on.
 
-    Example: kb publish 3f2a9c --if-version 4
+    Examples: kb publish 3f2a9c --if-version 4; kb publish --all-reviewed
     """
     from kb_cli.services import documents
 
-    record = documents.publish_document(open_kb(ctx, PUBLISH, document_id), document_id, if_version)
-    console.print_records([record], json_out)
+    if all_reviewed == (document_id is not None):
+        raise UsageError(
+            "give either a DOCUMENT_ID or --all-reviewed: "
+            "kb publish DOCUMENT_ID / kb publish --all-reviewed"
+        )
+    if all_reviewed and if_version is not None:
+        raise UsageError("--if-version applies to one DOCUMENT_ID, not --all-reviewed")
+    kb = open_kb(ctx, PUBLISH, document_id)
+    if document_id is not None:
+        record = documents.publish_document(kb, document_id, if_version)
+        console.print_records([record], json_out)
+        return
+    published = []
+    try:
+        for record in documents.publish_all_reviewed(kb):
+            published.append(record)
+    finally:  # what was published before an error (busy, Ctrl-C) is still reported
+        console.print_records(published, json_out)
+    if not published:
+        console.note("nothing to publish: no document you may publish is review_pending")
 
 
 REJECT = Rule("reject", REVIEWERS, Target.DOCUMENT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +136,19 @@ def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -
         # What nothing serves any more goes now: earlier revisions, an unpublished one.
         queries.delete_unpublished_chunks(conn, document_id, keep_revision=revision)
         return document_record(conn, document_id)
+
+
+def publish_all_reviewed(kb: Kb) -> Iterator[DocumentRecord]:
+    """Publish every review_pending document of the caller's bases, each in its own
+    transaction, yielding its record as it is published. One that moved on meanwhile (a
+    reviewer rejected, published or deleted it) is left as it is, not an error."""
+    with kb.db.read() as conn:
+        waiting = queries.list_documents(conn, DocStatus.REVIEW_PENDING, scope=kb.scope)
+    for document in reversed(waiting):  # oldest first: in the order they were uploaded
+        try:
+            yield publish_document(kb, document.id)
+        except (ConflictError, NotFoundError):
+            continue
 
 
 def document_record(conn: Connection, document_id: str) -> DocumentRecord:

@@ -195,7 +195,7 @@ def test_every_command_has_help_with_an_example(invoke, command):
     [
         ("upload", "{FILE...}"),
         ("submit", "{DOCUMENT_ID}"),
-        ("publish", "{DOCUMENT_ID}"),
+        ("publish", "[DOCUMENT_ID]"),  # or --all-reviewed
         ("status", "[ID]"),
         ("cancel", "{ID}"),
         ("retry", "[ID]"),

@@ -344,3 +344,19 @@ def test_status_lists_documents_newest_first_with_their_latest_task_and_filters(
     by_code = docs.list_document_records(kb, error_code="parse_error")
     assert [record.document_id for record in by_code] == [bad.document_id]
     assert docs.list_document_records(kb, status="draft")[0].document_id == draft.document_id
+
+
+def test_publish_all_reviewed_publishes_each_on_its_own_and_skips_what_moved_on(kb, tmp_path):
+    from kb_cli.services import review
+
+    paths = [write(tmp_path, f"{name}.md", f"# {name}\n\nText about {name}.") for name in "abc"]
+    tasks_ = docs.upload_files(kb, paths, submit=True)
+    work(kb)
+    publishing = docs.publish_all_reviewed(kb)
+    first = next(publishing)
+    assert first.filename == "a.md" and first.status == "published"  # committed already:
+    assert docs.document_record_for(kb, tasks_[0].document_id).status == "published"
+    review.reject_document(kb, tasks_[1].document_id, "rejected meanwhile")
+    rest = list(publishing)
+    assert [record.filename for record in rest] == ["c.md"]
+    assert docs.document_record_for(kb, tasks_[1].document_id).status == "draft"
