@@ -1,0 +1,56 @@
+"""The README's first command block runs as pasted, from a copy of the clone's root,
+with real `kb` processes: a newcomer's first screen must not need an id or a file
+that is not there."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO, SAMPLES, clean_env
+
+# `uv run kb ARGS` as the README writes it, run by this interpreter: what is tested is
+# the commands, not uv's resolution of the environment (a fresh .venv per test run).
+UV_RUNS_THIS_KB = f"""
+uv() {{
+  if [ "$1" = run ] && [ "$2" = kb ]; then shift 2; "{sys.executable}" -m kb_cli "$@"
+  else echo "the README's first block runs only 'uv run kb': uv $*" >&2; return 99; fi
+}}
+set -euo pipefail
+"""
+
+
+def first_sh_block() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^```sh\n(.*?)^```", readme, re.S | re.M)
+    assert match, "README.md has no ```sh block"
+    return match.group(1)
+
+
+def test_the_first_block_is_the_whole_loop_without_placeholders():
+    block = first_sh_block()
+    for verb in ("upload", "work", "publish", "search"):
+        assert re.search(rf"^uv run kb {verb}\b", block, re.M), verb
+    assert not re.search(r"<[a-z -]+>|\.\.\.|kb_\.\.\.", block)  # no id or token to fill in
+
+
+def test_the_first_block_runs_as_pasted(tmp_path: Path):
+    clone = tmp_path / "clone"
+    shutil.copytree(SAMPLES, clone / "sample_docs")
+    done = subprocess.run(
+        ["bash", "-c", UV_RUNS_THIS_KB + first_sh_block()],
+        cwd=clone,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (clone / ".kb").is_dir()  # ./.kb of the clone's root, as the README says
+    published = re.findall(r'^document \S+ file="([^"]+)" status=published', done.stdout, re.M)
+    assert {"handbook.pdf", "faq.txt"} <= set(published)
+    assert re.search(r"^\S+ handbook\.pdf rev=1 chunk=0", done.stdout, re.M)  # the search hit
+    assert "Traceback" not in done.stderr
