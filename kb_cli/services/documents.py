@@ -144,7 +144,7 @@ def publish_all_reviewed(kb: Kb) -> Iterator[DocumentRecord]:
     reviewer rejected, published or deleted it) is left as it is, not an error."""
     with kb.db.read() as conn:
         waiting = queries.list_documents(conn, DocStatus.REVIEW_PENDING, scope=kb.scope)
-    for document in reversed(waiting):  # oldest first: in the order they were uploaded
+    for document in waiting:  # newest first, as `kb status` lists them
         try:
             yield publish_document(kb, document.id)
         except (ConflictError, NotFoundError):

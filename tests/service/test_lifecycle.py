@@ -350,13 +350,13 @@ def test_publish_all_reviewed_publishes_each_on_its_own_and_skips_what_moved_on(
     from kb_cli.services import review
 
     paths = [write(tmp_path, f"{name}.md", f"# {name}\n\nText about {name}.") for name in "abc"]
-    tasks_ = docs.upload_files(kb, paths, submit=True)
+    ids = {task.document_id for task in docs.upload_files(kb, paths, submit=True)}
     work(kb)
     publishing = docs.publish_all_reviewed(kb)
     first = next(publishing)
-    assert first.filename == "a.md" and first.status == "published"  # committed already:
-    assert docs.document_record_for(kb, tasks_[0].document_id).status == "published"
-    review.reject_document(kb, tasks_[1].document_id, "rejected meanwhile")
-    rest = list(publishing)
-    assert [record.filename for record in rest] == ["c.md"]
-    assert docs.document_record_for(kb, tasks_[1].document_id).status == "draft"
+    assert first.status == "published"  # committed already, before the next one starts:
+    assert docs.document_record_for(kb, first.document_id).status == "published"
+    rejected, last = sorted(ids - {first.document_id})
+    review.reject_document(kb, rejected, "rejected meanwhile")
+    assert [record.document_id for record in publishing] == [last]
+    assert docs.document_record_for(kb, rejected).status == "draft"
