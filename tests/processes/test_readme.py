@@ -54,3 +54,15 @@ def test_the_first_block_runs_as_pasted(tmp_path: Path):
     assert {"handbook.pdf", "faq.txt"} <= set(published)
     assert re.search(r"^\S+ handbook\.pdf rev=1 chunk=0", done.stdout, re.M)  # the search hit
     assert "Traceback" not in done.stderr
+
+
+def test_every_sample_path_the_pages_name_exists():
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    named = {
+        (page.name, path.rstrip(".,)"))
+        for page in pages
+        for path in re.findall(r"sample_docs/[\w./*-]+", page.read_text(encoding="utf-8"))
+    }
+    assert ("README.md", "sample_docs/*.*") in named
+    missing = [(page, path) for page, path in named if not list(REPO.glob(path.rstrip("/")))]
+    assert not missing
