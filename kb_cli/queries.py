@@ -610,6 +610,21 @@ _NEXT_CLAIMABLE = _CLAIMABLE + " ORDER BY created_at, id LIMIT 1"
 _CLAIMABLE_TASK = _CLAIMABLE + " AND id = :id"
 
 
+_QUEUE_PLACE = f"""SELECT
+    (SELECT count(*) FROM ({_CLAIMABLE}) AS claimable
+     WHERE created_at < :created_at OR (created_at = :created_at AND id < :id)) AS ahead,
+    (SELECT count(DISTINCT worker_id) FROM {TASKS}
+     WHERE status = '{TaskStatus.RUNNING}' AND lease_expires_at >= :now) AS busy"""
+
+
+def queue_place(conn: Connection, task: Row, now: str) -> tuple[int, int]:
+    """(claimable tasks that workers take before `task`, in claim order; workers that
+    hold a live claim). Counts over every base: workers serve them all."""
+    params = {"created_at": task.created_at, "id": task.id, "now": now}
+    [row] = conn.execute(_QUEUE_PLACE, params).all()
+    return int(row.ahead), int(row.busy)
+
+
 def next_claimable_task(conn: Connection, now: str) -> Row | None:
     """The oldest claimable task; on PostgreSQL its row stays locked until commit, and
     rows other claimers hold are skipped."""
