@@ -123,6 +123,14 @@ def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[
     return conn.execute(sql, params).scalars()
 
 
+def documents_named(conn: Connection, filename: str, scope: Scope) -> list[str]:
+    """Up to two ids of documents in `scope` whose file is named `filename`."""
+    scoped, params = scope_filter(scope)
+    params["filename"] = filename
+    where = _where(["d.filename = :filename", _NOT_DELETING, scoped])
+    return conn.execute(f"SELECT d.id FROM {DOCUMENTS} AS d{where} LIMIT 2", params).scalars()
+
+
 def list_documents(
     conn: Connection,
     status: str | None = None,
