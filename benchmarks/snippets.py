@@ -1,5 +1,5 @@
 """What search snippets mark, on the public corpora of `retrieval.py`: the snippet of
-`kb_cli.textsearch` against the one main had before it (kept below as the reference).
+`kb_cli.textsearch` against the one it replaced (kept below as the reference).
 
 For the first 3 hits of every question (default mode), each implementation's snippet
 is checked: marks the lexical index did not match (a word whose stem is no query
@@ -93,7 +93,7 @@ def measure(kb, questions: list[dict]) -> dict[str, dict[str, float]]:
             "cut words": 0,
             "µs": 0,
         }
-        for name in ("main", "new")
+        for name in ("before", "now")
     }
     for question in questions:
         query = textsearch.parse_query(question["question"])
@@ -103,8 +103,8 @@ def measure(kb, questions: list[dict]) -> dict[str, dict[str, float]]:
             text = hit.text.replace("[", "(").replace("]", ")")
             matched = bool(textsearch.matched_spans(text, query))
             for name, make, argument in (
-                ("main", reference_snippet, needles),
-                ("new", textsearch.snippet, query),
+                ("before", reference_snippet, needles),
+                ("now", textsearch.snippet, query),
             ):
                 started = time.perf_counter()
                 shown = make(text, argument)
