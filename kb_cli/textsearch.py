@@ -170,9 +170,15 @@ def matched_spans(text: str, query: Query) -> list[Span]:
 
 
 def _phrase_spans(text: str, phrases: list[str]) -> list[Span]:
+    """Each phrase where it stands as written; a Latin end is a word's end ("the" is
+    not marked inside "other", which the phrase filter's LIKE would accept)."""
     spans = []
     for phrase in phrases:
         pattern = r"\s+".join(re.escape(word) for word in phrase.split())
+        if _LATIN_WORD.match(phrase[0]):
+            pattern = r"(?<![^\W_])" + pattern
+        if _LATIN_WORD.match(phrase[-1]):
+            pattern += r"(?![^\W_])"
         for match in re.finditer(pattern, text, re.IGNORECASE):
             spans.append(Span(match.start(), match.end(), frozenset({f'"{phrase.lower()}"'})))
     return spans
@@ -186,7 +192,7 @@ def _latin_spans(text: str, terms: list[str]) -> list[Span]:
         return []
     tokens = list(_LATIN_WORD.finditer(text))
     stems = _STEMMER.stems([*terms, *(token.group() for token in tokens)])
-    wanted = {stems[term] for term in terms}
+    wanted = {stems[term] for term in terms} - {""}
     return [
         Span(token.start(), token.end(), frozenset({stem}))
         for token in tokens

@@ -49,8 +49,10 @@ def test_chinese_marks_the_words_jieba_segments_never_across_words():
     assert marks(CHINESE, "的") == []
 
 
-def test_quoted_phrases_are_marked_as_written():
+def test_quoted_phrases_are_marked_as_written_never_inside_a_word():
     assert marks(POLICY, '"other costs" engineer') == ["Engineering", "other costs"]
+    assert marks("Mother and the other one", '"the"') == ["the"]  # not Mo[the]r, o[the]r
+    assert marks("报销单提交", '"报销"') == ["报销"]
 
 
 def test_the_snippet_shows_the_passage_with_most_query_words_cut_at_word_boundaries():
