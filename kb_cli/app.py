@@ -121,9 +121,37 @@ def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[s
     if len(matches) > 1:
         raise InvalidInputError(f"id prefix {ref!r} is ambiguous; give more characters")
     if not matches:
-        hint = f": a prefix needs at least {MIN_PREFIX} characters" if len(ref) < MIN_PREFIX else ""
+        hint = _what_it_names(conn, scope, ref, kinds)
+        if not hint and len(ref) < MIN_PREFIX:
+            hint = f": a prefix needs at least {MIN_PREFIX} characters"
         raise NotFoundError(f"no {noun} with id {ref!r}{hint}")
     return matches[0]
+
+
+def _what_it_names(conn: Connection, scope: Scope, ref: str, kinds: tuple[str, ...]) -> str:
+    """A hint when `ref`, which is no id of `kinds`, names something the caller may read:
+    a task where a document is wanted (or the reverse), or a document's file name."""
+    if "tasks" not in kinds and (task := _only(queries.find_ids(conn, "tasks", ref, scope))):
+        document_id = queries.existing_task(conn, task).document_id
+        if queries.find_ids(conn, "documents", document_id, scope):
+            return f"; did you mean the document of task {task} (kb status {document_id})?"
+    if "documents" not in kinds and (
+        document := _only(queries.find_ids(conn, "documents", ref, scope))
+    ):
+        latest = queries.existing_document(conn, document).latest_task_id
+        if latest:
+            return f"; {document} is a document: did you mean its latest task {latest}?"
+    name = Path(ref).name
+    named = queries.documents_named(conn, name, scope) if name else []
+    if len(named) == 1:
+        return f"; the document named {name} is {named[0]}"
+    if named:
+        return f"; more than one document is named {name}: kb status lists their ids"
+    return ""
+
+
+def _only(found: list[str]) -> str | None:
+    return found[0] if len(found) == 1 else None
 
 
 def resolve_document_id(conn: Connection, scope: Scope, ref: str) -> str:

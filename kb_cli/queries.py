@@ -123,6 +123,14 @@ def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[
     return conn.execute(sql, params).scalars()
 
 
+def documents_named(conn: Connection, filename: str, scope: Scope) -> list[str]:
+    """Up to two ids of documents in `scope` whose file is named `filename`."""
+    scoped, params = scope_filter(scope)
+    params["filename"] = filename
+    where = _where(["d.filename = :filename", _NOT_DELETING, scoped])
+    return conn.execute(f"SELECT d.id FROM {DOCUMENTS} AS d{where} LIMIT 2", params).scalars()
+
+
 def list_documents(
     conn: Connection,
     status: str | None = None,
@@ -608,6 +616,21 @@ _CLAIMABLE = f"""SELECT * FROM {TASKS}
            OR (status = '{TaskStatus.RUNNING}' AND lease_expires_at < :now))"""
 _NEXT_CLAIMABLE = _CLAIMABLE + " ORDER BY created_at, id LIMIT 1"
 _CLAIMABLE_TASK = _CLAIMABLE + " AND id = :id"
+
+
+_QUEUE_PLACE = f"""SELECT
+    (SELECT count(*) FROM ({_CLAIMABLE}) AS claimable
+     WHERE created_at < :created_at OR (created_at = :created_at AND id < :id)) AS ahead,
+    (SELECT count(DISTINCT worker_id) FROM {TASKS}
+     WHERE status = '{TaskStatus.RUNNING}' AND lease_expires_at >= :now) AS busy"""
+
+
+def queue_place(conn: Connection, task: Row, now: str) -> tuple[int, int]:
+    """(claimable tasks that workers take before `task`, in claim order; workers that
+    hold a live claim). Counts over every base: workers serve them all."""
+    params = {"created_at": task.created_at, "id": task.id, "now": now}
+    [row] = conn.execute(_QUEUE_PLACE, params).all()
+    return int(row.ahead), int(row.busy)
 
 
 def next_claimable_task(conn: Connection, now: str) -> Row | None:

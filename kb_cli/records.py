@@ -137,6 +137,15 @@ LISTING_COLUMNS = tuple(f"d.{column}" for column in DOCUMENT_COLUMNS) + tuple(
 )
 
 
+@dataclass(frozen=True)
+class QueuePlace:
+    """Where a queued task stands: claimable tasks workers take before it, and workers
+    holding a live claim (a running task whose lease has not run out)."""
+
+    ahead: int
+    busy_workers: int
+
+
 @dataclass
 class WorkResult:
     """One claim attempt of `kb work`: `task` is the final task record when claimed."""

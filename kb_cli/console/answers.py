@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
-from kb_cli.console.core import emit, is_fancy, log, print_records, visible
+from kb_cli.console.core import emit, is_fancy, log, print_records, rich_console, visible
 from kb_cli.records import SearchHit
 
 
 def search_line(hit: SearchHit) -> str:
+    return f"{hit.score:.3f} {_where(hit)}\n{SNIPPET_INDENT}{_snippet(hit)}"
+
+
+SNIPPET_INDENT = "    "
+_MARK = re.compile(r"\[[^\[\]]+\]")
+
+
+def _where(hit: SearchHit) -> str:
+    """File, revision, chunk, page, heading and ranks of a hit, space separated."""
     place = f" page={hit.page}" if hit.page else ""
     place += f" heading={json.dumps(hit.heading, ensure_ascii=False)}" if hit.heading else ""
-    snippet = " ".join(hit.snippet.split())
     ranks = "".join(
         f" {name}#{rank}"
         for name, rank in (("words", hit.lexical_rank), ("meaning", hit.vector_rank))
@@ -21,16 +30,21 @@ def search_line(hit: SearchHit) -> str:
     )
     chunks = f" chunks={hit.passage[0]}-{hit.passage[1]}" if hit.passage else ""
     return (
-        f"{hit.score:.3f} {visible(hit.filename)} rev={hit.revision} "
-        f"chunk={hit.chunk_index}{place}{ranks}{chunks}\n"
-        f"    {snippet}"
+        f"{visible(hit.filename)} rev={hit.revision} chunk={hit.chunk_index}{place}{ranks}{chunks}"
     )
+
+
+def _snippet(hit: SearchHit) -> str:
+    return visible(" ".join(hit.snippet.split()))
 
 
 def print_search(result: Any, as_json: bool) -> None:
     for warning in result.warnings:
         log(f"kb: warning: {warning}")
-    print_records(result.hits, as_json)
+    if result.hits and not as_json and is_fancy(sys.stdout):
+        _print_hits_on_terminal(result.hits)
+    else:
+        print_records(result.hits, as_json)
     if not result.hits and not as_json and is_fancy(sys.stderr):
         log(
             "no hits: search serves published revisions only; "
@@ -49,3 +63,23 @@ def print_eval(results: list[Any], summary: Any) -> None:
         f"hit@{summary.k} {summary.hit_at_k:.2f}  recall@{summary.k} {summary.recall_at_k:.2f}  "
         f"MRR {summary.mrr:.2f}  forbidden returned {summary.forbidden_leaks}"
     )
+
+
+def _print_hits_on_terminal(hits: list[SearchHit]) -> None:
+    """Each hit as its plain lines, wrapped to the terminal between words: the header
+    under itself after the score, the snippet under its indent, matched words bold."""
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    console = rich_console()
+    for hit in hits:
+        header = Table.grid(padding=(0, 1))
+        header.add_column(no_wrap=True)
+        header.add_column(overflow="fold")
+        header.add_row(Text(f"{hit.score:.3f}", style="bold"), Text(_where(hit), style="cyan"))
+        snippet = Text(_snippet(hit), overflow="fold")
+        for mark in _MARK.finditer(snippet.plain):
+            snippet.stylize("bold yellow", mark.start(), mark.end())
+        console.print(header)
+        console.print(Padding(snippet, (0, 0, 0, len(SNIPPET_INDENT))))

@@ -69,5 +69,14 @@ def print_demo_summary(outcomes: list[Any]) -> None:
             f"{styled(o.task_status)}{error}, attempt {o.attempt}"
         )
         story = " → ".join(o.notes)
-        claimed = f" (claimed by {' then '.join(o.won_by)})" if o.won_by else ""
+        claimed = f" ({claims(o.won_by)})" if o.won_by else ""
         console.print(_indented("  ", f"[dim]{cell(story + claimed)}[/dim]"))
+
+
+def claims(winners: list[str]) -> str:
+    """Who won each claim of a task: `claimed by worker-A twice`, `claimed by worker-A,
+    then worker-B`."""
+    if len(set(winners)) == 1 and len(winners) > 1:
+        times = "twice" if len(winners) == 2 else f"{len(winners)} times"
+        return f"claimed by {winners[0]} {times}"
+    return "claimed by " + ", then ".join(winners)

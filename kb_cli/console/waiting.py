@@ -1,5 +1,5 @@
-"""`kb status --wait`: a hint when no worker claims the task, or its live stages on a
-terminal."""
+"""`kb status --wait`: the task's place in the queue, a hint when no worker is there to
+claim it, and its live stages on a terminal."""
 
 from __future__ import annotations
 
@@ -8,31 +8,58 @@ import time
 from kb_cli.console.core import log
 from kb_cli.console.stages import LiveStages, outcome_lines, task_title
 from kb_cli.lifecycle import Stage
-from kb_cli.records import TaskRecord
+from kb_cli.records import QueuePlace, TaskRecord
 
 NO_WORKER_HINT_SECONDS = 5.0
 NO_WORKER_HINT = (
-    "no worker has claimed it for {seconds:.0f} s: start one in another terminal "
-    "with `kb work --loop`"
+    "no worker has claimed it for {seconds:.0f} s and none is running: start one in "
+    "another terminal with `kb work --loop`"
 )
 
 
+def queue_line(place: QueuePlace) -> str:
+    """`12 tasks ahead, 2 workers busy`."""
+    ahead = (
+        "next in line" if not place.ahead else f"{place.ahead} {_plural(place.ahead, 'task')} ahead"
+    )
+    busy = place.busy_workers
+    return f"queued: {ahead}, {busy or 'no'} {_plural(busy, 'worker')} busy"
+
+
+def _plural(count: int, noun: str) -> str:
+    return noun if count == 1 else noun + "s"
+
+
 class WaitHint:
-    """`kb status --wait` without a terminal: quiet, except one line on stderr when no
-    worker has claimed the task for a while."""
+    """`kb status --wait` without a terminal: quiet, except one line on stderr with the
+    task's place when others are ahead of it or workers are busy, and one when it stays
+    unclaimed while no worker holds a claim (a worker that polls would have taken it)."""
 
     def __init__(self) -> None:
         self._queued_since: float | None = None
-        self._said = False
+        self._said_place = False
+        self._said_hint = False
 
     def started(self, task: TaskRecord, filename: str, size: int) -> None:
         pass
 
-    def __call__(self, task: TaskRecord) -> None:
+    def __call__(self, task: TaskRecord, queue: QueuePlace | None) -> None:
+        for line in self.notes(task, queue):
+            log(f"waiting for task {task.task_id}: {line}")
+
+    def notes(self, task: TaskRecord, queue: QueuePlace | None) -> list[str]:
+        """What to say now about a task still waiting for a worker, each thing once."""
         seconds = self.unclaimed_for(task)
-        if seconds >= NO_WORKER_HINT_SECONDS and not self._said:
-            self._said = True
-            log(f"waiting for task {task.task_id}: " + NO_WORKER_HINT.format(seconds=seconds))
+        if queue is None:
+            return []
+        notes = []
+        if not self._said_place and (queue.ahead or queue.busy_workers):
+            self._said_place = True
+            notes.append(queue_line(queue))
+        if seconds >= NO_WORKER_HINT_SECONDS and not queue.busy_workers and not self._said_hint:
+            self._said_hint = True
+            notes.append(NO_WORKER_HINT.format(seconds=seconds))
+        return notes
 
     def unclaimed_for(self, task: TaskRecord) -> float:
         """Seconds the task has waited for a claim, 0 once a worker holds it."""
@@ -61,17 +88,15 @@ class LiveWait(WaitHint):
         self.live = LiveStages()
         self.live.start(f"[bold]waiting[/bold] for {task_title(task, filename)}")
 
-    def __call__(self, task: TaskRecord) -> None:
+    def __call__(self, task: TaskRecord, queue: QueuePlace | None) -> None:
         live = self.live
         if live is None:  # not started
             return
         if self.attempt is not None and task.attempt != self.attempt:
             live.reset()
         self.attempt = task.attempt
-        seconds = self.unclaimed_for(task)
-        if seconds >= NO_WORKER_HINT_SECONDS and not self._said:
-            self._said = True
-            live.print(f"[yellow]{NO_WORKER_HINT.format(seconds=seconds)}[/yellow]")
+        for line in self.notes(task, queue):
+            live.print(f"[yellow]{line}[/yellow]")
         if task.status in ("queued", "cancelled") and not task.total:
             return
         if task.stage != Stage.DOWNLOAD and Stage.DOWNLOAD not in live.bars:

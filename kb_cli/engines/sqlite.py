@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from kb_cli.engines import candidate_filters
 from kb_cli.errors import UsageError
 from kb_cli.ranking import Corpus, Scored, best_scored, bm25
+from kb_cli.textsearch import TOKENIZER
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection as SAConnection
@@ -236,9 +237,8 @@ def lock_for_migration(conn: SAConnection) -> None:
     """Nothing to do: the migration's transaction is BEGIN IMMEDIATE."""
 
 
-# The index's tokenizer (migration 0004); query words go through the same one, so they
-# are looked up as the index stores them (stemmed, accents dropped).
-TOKENIZER = "porter unicode61 remove_diacritics 2"
+# Query words go through the index's tokenizer, so they are looked up as the index
+# stores them (stemmed, accents dropped).
 # Per connection, in its temp schema: the index's postings (term, chunk, position), and
 # a scratch index that stems the query's words.
 _VOCABULARY = (

@@ -221,7 +221,7 @@ class _Demo:
         self.emit(
             DemoEvent(
                 "cancel",
-                f"{outcome.filename}: cancelled while {stage}",
+                f"{outcome.filename}: cancelled mid-run, at its {stage} stage",
                 {"filename": outcome.filename, "task_id": outcome.task_id, "stage": stage},
             )
         )

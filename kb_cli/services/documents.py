@@ -310,22 +310,28 @@ def _submit(conn: Connection, actor: str, document_id: str) -> str:
 NEXT_STEP = {
     DocStatus.DRAFT: "submit it first: kb submit {id}",
     DocStatus.PROCESSING: "its task has not ended: kb status {id} --wait (or kb cancel {id})",
-    DocStatus.REVIEW_PENDING: "it waits for review: kb publish {id}",
-    DocStatus.PUBLISHED: "it is published; to change it: kb upload FILE --replace {id}",
+    DocStatus.REVIEW_PENDING: "a reviewer publishes it (kb publish {id}) or rejects it "
+    "(kb reject {id} --reason TEXT) first",
+    DocStatus.PUBLISHED: "to change it: kb upload FILE --replace {id}",
     DocStatus.FAILED: "fix the cause (kb upload FILE --replace {id}), then: kb retry {id}",
-    DocStatus.ARCHIVED: "it is unpublished: kb publish {id} serves it again",
-    DocStatus.DELETING: "it is being deleted",
+    DocStatus.ARCHIVED: "kb publish {id} serves it again; kb upload FILE --replace {id} changes it",
+    DocStatus.DELETING: "it cannot change any more",
 }
+# The status a verb leads to: refusing it there is "already".
+_OUTCOME = {"publish": DocStatus.PUBLISHED, "submit": DocStatus.PROCESSING}
 
 
 def require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None:
+    """A conflict unless the document's status is one `verb` takes: the status, once,
+    and what to do next."""
     if document is None:
         raise NotFoundError("no document with that id")
-    if document.status not in allowed:
-        wanted = " or ".join(allowed)
-        hint = NEXT_STEP[DocStatus(document.status)].format(id=document.id)
+    status = DocStatus(document.status)
+    if status not in allowed:
+        already = "already " if _OUTCOME.get(verb) == status else ""
+        hint = NEXT_STEP[status].format(id=document.id)
         raise ConflictError(
-            f"cannot {verb} document {document.id}: it is {document.status}, not {wanted}; {hint}"
+            f"cannot {verb} document {document.id}: it is {already}{status}; {hint}"
         )
 
 

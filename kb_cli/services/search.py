@@ -206,7 +206,7 @@ def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHi
         vector_rank=vector_rank,
         page=row.page,
         heading=row.heading,
-        snippet=snippet(row.text, query.phrases + sorted(query.terms, key=len, reverse=True)),
+        snippet=snippet(row.text, query),
     )
 
 

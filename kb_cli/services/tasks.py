@@ -7,7 +7,7 @@ from typing import Protocol
 
 from kb_cli import queries
 from kb_cli.app import Kb, resolve_id, resolve_task_id
-from kb_cli.db import Connection, utcnow
+from kb_cli.db import Connection, format_stamp, utcnow
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
     CANCELLABLE,
@@ -15,14 +15,16 @@ from kb_cli.lifecycle import (
     RETRYABLE_TASK,
     TERMINAL_TASK_STATUSES,
     DocStatus,
+    TaskStatus,
 )
 from kb_cli.permissions import Scope
-from kb_cli.records import DocumentRecord, TaskRecord
+from kb_cli.records import DocumentRecord, QueuePlace, TaskRecord
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import cancel_task as cancel_task_row
 from kb_cli.transitions import move_document, requeue_task
 
 WAIT_POLL_SECONDS = 0.2
+QUEUE_POLL_SECONDS = 1.0
 
 
 def get_record(kb: Kb, ref: str) -> DocumentRecord | TaskRecord:
@@ -42,10 +44,11 @@ def get_task(kb: Kb, ref: str) -> TaskRecord:
 
 
 class WaitWatcher(Protocol):
-    """Sees a waited-for task: once with its file, then at every poll."""
+    """Sees a waited-for task: once with its file, then at every poll, with its place
+    in the queue while it is queued (read at most every QUEUE_POLL_SECONDS)."""
 
     def started(self, task: TaskRecord, filename: str, size: int) -> None: ...
-    def __call__(self, task: TaskRecord) -> None: ...
+    def __call__(self, task: TaskRecord, queue: QueuePlace | None) -> None: ...
 
 
 def wait_for_task(
@@ -60,16 +63,37 @@ def wait_for_task(
         name, size = (document.filename, document.size_bytes) if document else ("?", 0)
         watcher.started(task, name, size)
     deadline = None if timeout is None else time.monotonic() + timeout
+    queue = _QueueReader(kb)
     while True:
         with kb.db.read() as conn:
-            record = TaskRecord.from_row(queries.existing_task(conn, task_id))
+            row = queries.existing_task(conn, task_id)
+            place = queue.place(conn, row) if watcher is not None else None
+        record = TaskRecord.from_row(row)
         if watcher is not None:
-            watcher(record)
+            watcher(record, place)
         if record.status in TERMINAL_TASK_STATUSES:
             return record
         if deadline is not None and time.monotonic() >= deadline:
             raise WaitTimeout(record)
         time.sleep(WAIT_POLL_SECONDS)
+
+
+class _QueueReader:
+    """A queued task's place in the queue, read again at most every QUEUE_POLL_SECONDS."""
+
+    def __init__(self, kb: Kb) -> None:
+        self.clock = kb.clock
+        self.last: QueuePlace | None = None
+        self.read_at = -QUEUE_POLL_SECONDS
+
+    def place(self, conn: Connection, task) -> QueuePlace | None:
+        if task.status != TaskStatus.QUEUED:
+            self.last = None
+        elif self.last is None or time.monotonic() - self.read_at >= QUEUE_POLL_SECONDS:
+            now = format_stamp(self.clock.now())
+            self.last = QueuePlace(*queries.queue_place(conn, task, now))
+            self.read_at = time.monotonic()
+        return self.last
 
 
 def cancel_task(kb: Kb, ref: str) -> TaskRecord:

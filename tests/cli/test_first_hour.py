@@ -86,7 +86,7 @@ def test_cancel_takes_a_document_id_for_its_latest_task(invoke, tmp_path):
         ("draft", "publish", "submit it first: kb submit"),
         ("processing", "publish", "kb status {doc} --wait"),
         ("processing", "submit", "kb status {doc} --wait"),
-        ("review_pending", "submit", "it waits for review: kb publish"),
+        ("review_pending", "submit", "publishes it (kb publish {doc})"),
         ("failed", "submit", "then: kb retry"),
         ("published", "publish", "kb upload FILE --replace"),
     ],

@@ -103,6 +103,8 @@ def test_demo_runs_to_the_end_without_a_terminal():
     ):
         assert outcome in summary, outcome
     assert "won the claim" in result.stdout and "missed" in result.stdout
+    [cancel] = [line for line in result.stdout.splitlines() if line.startswith("cancel:")]
+    assert "faq.txt: cancelled mid-run, at its " in cancel and cancel.endswith(" stage")
     # Questions answered by hybrid search: each found by its words and its meaning.
     lines = result.stdout.splitlines()
     [english] = [line for line in lines if "search 'How long do we keep invoices?'" in line]

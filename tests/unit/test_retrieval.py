@@ -138,15 +138,3 @@ def test_lone_characters_rank_only_when_chinese_and_not_alone():
     assert "재" in parse_query("VPN 비밀번호 재설정").terms  # Hangul is cut per syllable
     assert parse_query("IT department policy").terms == ["IT", "department", "policy"]
     assert script_of("パスワードをリセット") == "latin"  # kana, no Chinese characters
-
-
-def test_a_snippet_marks_whole_words_never_letters_inside_them():
-    from kb_cli.textsearch import snippet
-
-    text = "Business Travel Policy: mileage for trips. Engineering splits the other costs."
-    assert "[mileage]" in snippet(text, ["mileage", "s"])
-    assert "[splits]" in snippet(text, ["s"])  # a word starting so, not Bu[s]iness
-    assert "[the]" in snippet(text, ["the"]) and "o[the]r" not in snippet(text, ["the"])
-    assert "[Engineering]" in snippet(text, ["engineer"])
-    assert "[policies]" in snippet("The policies say so.", ["policy"])  # a stem
-    assert "提交[报销]单" in snippet("出差回来后十五天内提交报销单。", ["报销"])
