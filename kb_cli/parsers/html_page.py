@@ -171,7 +171,8 @@ class _MainContent(HTMLParser):
         blocks: list[Block] = []
         for kind, first, second in events:
             if kind == "heading":
-                path.enter(first, second)
+                if second != top:  # else the chapter's own title, met again
+                    path.enter(first, second)
                 blocks.append(path.block(second))
             else:
                 blocks.append(path.block(first))

@@ -46,7 +46,7 @@ def mail_blocks(data: bytes, budget: Budget, nesting: int) -> list[Block]:
         raise DocumentTooLarge(f"more than {MAX_PARTS} MIME parts ({parts})")
     subject = _header(message, "Subject") or "(no subject)"
     lines = [f"{name}: {value}" for name in _SHOWN_HEADERS if (value := _header(message, name))]
-    blocks = [Block(budget.add("\n".join(lines)), heading=subject)]
+    blocks = [Block(budget.add("\n\n".join(lines)), heading=subject)]
     with part_errors("the body"):
         body = message.get_body(preferencelist=("plain", "html"))
         if body is not None:

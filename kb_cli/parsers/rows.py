@@ -36,11 +36,11 @@ def row_blocks(rows: Iterable[tuple[int, str]], sheet: str | None, budget: Budge
             header = text
             pending, size = [(number, text)], len(text)
             continue
-        if size + 1 + len(text) > ROWS_CHARS and len(pending) > (1 if not blocks else 0):
+        if size + 2 + len(text) > ROWS_CHARS and len(pending) > (1 if not blocks else 0):
             blocks.append(_block(pending, header, sheet, repeat=bool(blocks)))
             pending, size = [], len(header)
         pending.append((number, text))
-        size += 1 + len(text)
+        size += 2 + len(text)
     if pending:
         blocks.append(_block(pending, header or "", sheet, repeat=bool(blocks)))
     return blocks
@@ -50,4 +50,5 @@ def _block(rows: list[tuple[int, str]], header: str, sheet: str | None, repeat: 
     first, last = rows[0][0], rows[-1][0]
     span = f"row {first}" if first == last else f"rows {first}–{last}"
     lines = [header, *(text for _, text in rows)] if repeat else [text for _, text in rows]
-    return Block("\n".join(lines), heading=f"{sheet}, {span}" if sheet else span)
+    # One paragraph a row: the chunker keeps paragraphs apart, and joins a line's lines.
+    return Block("\n\n".join(lines), heading=f"{sheet}, {span}" if sheet else span)

@@ -80,7 +80,8 @@ def _slide_text(package, part: str, what: str) -> tuple[str, str]:
         spoken = [line for line in _notes(notes_root) if line]
         if spoken:
             lines += ["Speaker notes:", *spoken]
-    return title, "\n".join(([title] if title else []) + [line for line in lines if line])
+    # One paragraph a line: the chunker would join the lines of a paragraph into one.
+    return title, "\n\n".join(([title] if title else []) + [line for line in lines if line])
 
 
 def _shapes(root) -> tuple[str, list[str]]:
