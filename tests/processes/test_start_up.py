@@ -13,7 +13,6 @@ import pytest
 
 from tests.helpers import kb_env, run_in_process, run_kb
 
-
 # The parsers of PPTX, XLSX, CSV, HTML, mail and EPUB, content detection and the zip
 # package reader: none of them is needed to show help or status.
 NEW_PARSERS = ("slides", "sheets", "delimited", "html_page", "mail", "epub", "detect", "package")
