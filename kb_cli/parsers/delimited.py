@@ -6,6 +6,7 @@ most of), so a mislabelled file is still read right."""
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from kb_cli.errors import ParseError
@@ -24,19 +25,19 @@ def parse(path: Path, on_progress: ProgressCallback, budget: Budget) -> list[Blo
     text = decode(path.read_bytes())
     if "\x00" in text:
         raise ParseError("binary content (NUL bytes) in a CSV file")
-    lines = text.splitlines()
-    first = lines[0] if lines else ""
+    first = text.split("\n", 1)[0]
     delimiter = max(DELIMITERS, key=first.count)
-    budget.pages(len(lines) // 100, "rows / 100")
-    blocks = row_blocks(_rows(lines, delimiter), None, budget)
+    budget.pages(text.count("\n") // 100, "rows / 100")
+    blocks = row_blocks(_rows(text, delimiter), None, budget)
     on_progress(1, 1)
     return blocks
 
 
-def _rows(lines: list[str], delimiter: str):
+def _rows(text: str, delimiter: str):
     number = 0
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
-        for number, cells in enumerate(csv.reader(lines, delimiter=delimiter), start=1):
+        for number, cells in enumerate(reader, start=1):
             yield number, row_text(cells)
     except csv.Error as error:
         raise ParseError(f"row {number + 1}: {error}") from error

@@ -141,7 +141,9 @@ class _SheetReader:
         except (zipfile.BadZipFile, zlib.error, EOFError) as error:
             raise ParseError(f"{what}: the part is damaged ({error})") from error
         except ValueError as error:
-            raise ParseError(f"{what}, row {number + 1}: {error}") from error  # names the row
+            raise ParseError(
+                f"{what}, row {number}: {error}" if number else f"{what}: {error}"
+            ) from error
 
     def _check_dimension(self, ref: str) -> None:
         corners = [_position(corner) for corner in ref.split(":") if corner]
