@@ -5,6 +5,7 @@ text, dates and times). Anything else falls back to the plain number."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 
 BUILTIN = {
@@ -30,12 +31,21 @@ def render(value: float, code: str, date1904: bool = False) -> str:
         section, value = sections[1], -value
     elif value == 0 and len(sections) > 2:
         section = sections[2]
-    literal_free = _QUOTED.sub("", _BRACKETS.sub(lambda m: _bracket(m.group(1)), section))
-    if section.strip() in ("", "General", "@"):
+    kind = _kind(section)
+    if kind == "general":
         return general(value)
-    if _is_date(literal_free):
+    if kind == "date":
         return _date(value, section, date1904)
     return _number(value, section)
+
+
+@functools.lru_cache(maxsize=512)
+def _kind(section: str) -> str:
+    """general, date or number: a workbook has few formats and many cells."""
+    if section.strip() in ("", "General", "@"):
+        return "general"
+    literal_free = _QUOTED.sub("", _BRACKETS.sub(lambda m: _bracket(m.group(1)), section))
+    return "date" if _is_date(literal_free) else "number"
 
 
 def general(value: float) -> str:
@@ -44,7 +54,8 @@ def general(value: float) -> str:
     return f"{value:.10g}"
 
 
-def _split(code: str) -> list[str]:
+@functools.lru_cache(maxsize=512)
+def _split(code: str) -> tuple[str, ...]:
     """Sections at the semicolons outside quotes."""
     sections: list[str] = []
     current: list[str] = []
@@ -58,7 +69,7 @@ def _split(code: str) -> list[str]:
         else:
             current.append(char)
     sections.append("".join(current))
-    return sections
+    return tuple(sections)
 
 
 def _bracket(inside: str) -> str:
@@ -73,6 +84,7 @@ def _is_date(code: str) -> bool:
     return any(char in stripped.lower() for char in "ymdhs")
 
 
+@functools.lru_cache(maxsize=512)
 def _literals(section: str) -> str:
     """The section with quoted text and escapes made plain and brackets resolved."""
 

@@ -122,7 +122,12 @@ class _SheetReader:
 
         what = f"sheet {self.name}"
         events = etree.iterparse(
-            stream, events=("end",), resolve_entities=False, huge_tree=False, no_network=True
+            stream,
+            events=("end",),
+            tag=("{*}dimension", "{*}row"),  # cells are read with their row
+            resolve_entities=False,
+            huge_tree=False,
+            no_network=True,
         )
         number = 0
         try:
@@ -159,7 +164,7 @@ class _SheetReader:
     def _cells(self, row) -> list[str]:
         cells: list[str] = []
         for cell in row:
-            if local_name(cell) != "c":
+            if not _named(cell, "c"):
                 continue
             reference = cell.get("r")
             column = _position(reference)[1] if reference else len(cells) + 1
@@ -171,10 +176,10 @@ class _SheetReader:
 
     def _value(self, cell) -> str:
         kind = cell.get("t", "n")
-        raw = next((child for child in cell if local_name(child) in ("v", "is")), None)
+        raw = next((child for child in cell if _named(child, "v") or _named(child, "is")), None)
         if raw is None:
             return ""
-        if kind == "inlineStr" or local_name(raw) == "is":
+        if kind == "inlineStr" or _named(raw, "is"):
             return _text(raw)
         text = raw.text or ""
         if kind == "s":
@@ -193,6 +198,13 @@ class _SheetReader:
         style = _int(cell.get("s"))
         code = self.formats[style] if 0 <= style < len(self.formats) else "General"
         return render(value, code, self.date1904) if code != "General" else general(value)
+
+
+def _named(element, name: str) -> bool:
+    """Whether the element is <name> in any namespace: local_name without a split, for
+    the per-cell path."""
+    tag = element.tag
+    return isinstance(tag, str) and (tag == name or tag.endswith("}" + name))
 
 
 def _text(item) -> str:
