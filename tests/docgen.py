@@ -607,6 +607,9 @@ def make_eml(
     for filename, mime, data in attachments:
         maintype, subtype = mime.split("/")
         message.add_attachment(data, maintype=maintype, subtype=subtype, filename=filename)
+    for number, part in enumerate(message.walk()):  # fixed, so the sample is reproducible
+        if part.is_multipart():
+            part.set_boundary(f"kb-sample-part-{number}")
     return message.as_bytes(policy=SMTP)
 
 
