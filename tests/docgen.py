@@ -131,6 +131,163 @@ CHINESE_MARKDOWN = """# 知识库入库流程
 """
 
 
+ROADMAP_SLIDES = [
+    {
+        "title": "Product roadmap 2027",
+        "lines": ["Knowledge base team", "Planning review, January 2027"],
+    },
+    {
+        "title": "Q1: Offline search",
+        "lines": [
+            "Search works on a laptop without a network connection",
+            "The offline index is built nightly from published documents",
+        ],
+        "notes": [
+            "Say that the offline index ships in March, after the security review.",
+            "Field engineers asked for it most often.",
+        ],
+    },
+    {
+        "title": "Q2: Mobile uploads",
+        "lines": ["Photos of paper forms become searchable documents"],
+        "table": [
+            ["Milestone", "Owner", "Date"],
+            ["Camera capture", "Mobile team", "April"],
+            ["Text recognition", "Platform team", "June"],
+        ],
+    },
+    {
+        "title": "Risks",
+        "lines": ["Text recognition accuracy on handwriting", "Storage cost of photos"],
+        "notes": ["Ask finance for the storage estimate before the board meeting."],
+    },
+]
+
+_REGIONS = ["Nordics", "Benelux", "Iberia", "Alps", "Balkans", "Baltics", "Ireland", "Poland"]
+_TEAMS = ["Marketing", "Support", "Engineering", "Sales", "Training"]
+
+
+def budget_sheets() -> dict[str, list[list]]:
+    """A budget of 40 rows (several chunks of rows) and a small headcount sheet."""
+    rows: list[list] = [["Region", "Team", "Quarter", "Budget", "Approved on", "Share"]]
+    for index in range(40):
+        region, team = _REGIONS[index % len(_REGIONS)], _TEAMS[index // len(_REGIONS)]
+        amount = 12_000 + (index * 7_919) % 61_000 + 0.5 * (index % 2)
+        approved = 46_023 + index * 3  # 2026-01-01 onwards, as Excel counts days
+        rows.append(
+            [
+                region,
+                team,
+                f"Q{index % 4 + 1}",
+                (amount, "currency"),
+                (approved, "date"),
+                (round(amount / 2_000_000, 4), "percent"),
+            ]
+        )
+    rows.append(
+        [
+            "Nordics",
+            "Field operations",
+            "Q3",
+            (48_250, "currency"),
+            (46_217, "date"),
+            (0.0241, "percent"),
+        ]
+    )
+    headcount = [
+        ["Team", "People", "Open roles"],
+        ["Marketing", 14, 2],
+        ["Support", 31, 5],
+        ["Engineering", (1_204, "thousands"), 40],
+    ]
+    return {"Budget": rows, "Headcount": headcount}
+
+
+SUPPORT_HOURS_CSV = """team,region,weekday hours,weekend hours,escalation contact
+Customer support,EMEA,08:00-20:00 CET,10:00-16:00 CET,duty-manager-emea@example.com
+Customer support,Americas,07:00-19:00 EST,none,duty-manager-amer@example.com
+Platform on-call,global,24 hours,24 hours,pager rotation "platform-primary"
+Billing desk,EMEA,09:00-17:00 CET,none,billing-lead@example.com
+Security response,global,24 hours,24 hours,security-incident@example.com
+"""
+
+STATUS_PAGE_HTML = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Incident report: slow search on 3 November | Status</title>
+<style>body { font-family: sans-serif; }</style>
+<script>window.analytics = { page: "status" };</script>
+</head>
+<body>
+<header><a href="/">Status home</a>
+<nav><a href="/history">History</a> <a href="/subscribe">Subscribe</a></nav></header>
+<main>
+<article>
+<h1>Incident report: slow search on 3 November</h1>
+<p>Between 09:12 and 10:47 UTC, search answers took up to 40 seconds instead of under one.</p>
+<h2>Cause</h2>
+<p>A reindexing job ran during business hours and held the index lock while it merged
+segments. Queries waited for the lock instead of reading the previous segments.</p>
+<h2>What we changed</h2>
+<ul>
+<li>Reindexing now runs only between 01:00 and 05:00 UTC.</li>
+<li>Queries read the last committed segments and never wait for a merge.</li>
+</ul>
+<h2>Timeline</h2>
+<table>
+<tr><th>Time (UTC)</th><th>Event</th></tr>
+<tr><td>09:12</td><td>Latency alert fired</td></tr>
+<tr><td>10:30</td><td>Reindexing job paused</td></tr>
+<tr><td>10:47</td><td>Latency back to normal</td></tr>
+</table>
+</article>
+</main>
+<aside>Related: How we run maintenance windows</aside>
+<footer>&copy; 2026 Example Corp. All rights reserved.</footer>
+</body>
+</html>
+"""
+
+FIELD_GUIDE = [
+    (
+        "Chapter 1: Before the site visit",
+        "<h1>Chapter 1: Before the site visit</h1><p>Download the offline index the evening "
+        "before; the site may have no network.</p><h2>Packing list</h2><p>Laptop, charger, "
+        "a printed copy of the safety checklist and the customer's access badge.</p>",
+    ),
+    (
+        "Chapter 2: Measuring the room",
+        "<h1>Chapter 2: Measuring the room</h1><p>Measure every server room twice: once "
+        "empty and once with the racks in place. Record the cooling capacity in kilowatts.</p>",
+    ),
+    (
+        "Chapter 3: Reporting",
+        "<h1>Chapter 3: Reporting</h1><p>Send the visit report within two working days, with "
+        "photos of every rack label attached.</p>",
+    ),
+]
+
+
+def vendor_renewal_mail() -> bytes:
+    terms = make_pdf(
+        [
+            "Translation services: renewal terms\nThe contract renews on 1 March 2027 for "
+            "two years.\nNotice of cancellation is due by 15 January 2027.",
+            "Prices\nStandard translation costs 0.11 EUR per word; urgent work 0.16 EUR.",
+        ]
+    )
+    return make_eml(
+        "Renewal of the translation vendor contract",
+        "Maria Keller <maria.keller@example.com>",
+        "Tue, 17 Nov 2026 09:30:00 +0100",
+        "Hello all,\n\nLingua Partners sent their renewal offer for the translation "
+        "contract. If we want to switch vendors we must cancel by 15 January 2027.\n\n"
+        "The terms are attached; please send comments to procurement by Friday.\n\nMaria\n",
+        [("renewal-terms.pdf", "application/pdf", terms)],
+    )
+
+
 def write_samples(directory: Path) -> None:
     """The files of `sample_docs/`."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -164,6 +321,320 @@ def write_samples(directory: Path) -> None:
         b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages" + b"\x00" * 64
     )
     (directory / "empty.txt").write_bytes(b"")
+    (directory / "product-roadmap.pptx").write_bytes(make_pptx(ROADMAP_SLIDES))
+    (directory / "regional-budget.xlsx").write_bytes(make_xlsx(budget_sheets()))
+    write_format_samples(directory / "formats")
+
+
+def write_format_samples(directory: Path) -> None:
+    """One sample of each further format: a page, a table, a mail, a book. `kb demo`
+    ingests only the top level of sample_docs/, so these keep it fast."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "support-hours.csv").write_text(SUPPORT_HOURS_CSV, encoding="utf-8")
+    (directory / "status-page.html").write_text(STATUS_PAGE_HTML, encoding="utf-8")
+    (directory / "vendor-renewal.eml").write_bytes(vendor_renewal_mail())
+    (directory / "field-guide.epub").write_bytes(make_epub("Field guide", FIELD_GUIDE))
+
+
+# --- packages: PPTX, XLSX, EPUB, written part by part -------------------------------
+
+_CONTENT_TYPES_NS = "http://schemas.openxmlformats.org/package/2006/content-types"
+_RELS_NS = "http://schemas.openxmlformats.org/package/2006/relationships"
+_DOC_RELS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+_PML = "http://schemas.openxmlformats.org/presentationml/2006/main"
+_DML = "http://schemas.openxmlformats.org/drawingml/2006/main"
+_SML = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+_OOXML = "application/vnd.openxmlformats-officedocument"
+
+
+def _xml_text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def zip_package(parts: dict[str, str | bytes], stored: tuple[str, ...] = ()) -> bytes:
+    """A zip of these members in order; `stored` members are not compressed."""
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as package:
+        for name, data in parts.items():
+            # A fixed date, so that the committed samples do not change when regenerated.
+            member = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            member.compress_type = zipfile.ZIP_STORED if name in stored else zipfile.ZIP_DEFLATED
+            package.writestr(member, data)
+    return out.getvalue()
+
+
+def _relationships(targets: list[tuple[str, str]]) -> str:
+    """A .rels part: (relationship type's last segment, target) as rId1, rId2, ..."""
+    rels = "".join(
+        f'<Relationship Id="rId{i}" Type="{_DOC_RELS}/{kind}" Target="{target}"/>'
+        for i, (kind, target) in enumerate(targets, start=1)
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="{_RELS_NS}">'
+        f"{rels}</Relationships>"
+    )
+
+
+def _content_types(overrides: dict[str, str]) -> str:
+    items = "".join(
+        f'<Override PartName="/{name}" ContentType="{kind}"/>' for name, kind in overrides.items()
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="{_CONTENT_TYPES_NS}">'
+        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
+        'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
+        f"{items}</Types>"
+    )
+
+
+def _shape(text_lines: list[str], placeholder: str | None, shape_id: int) -> str:
+    ph = f'<p:nvPr><p:ph type="{placeholder}"/></p:nvPr>' if placeholder else "<p:nvPr/>"
+    paragraphs = "".join(
+        f"<a:p><a:r><a:t>{_xml_text(line)}</a:t></a:r></a:p>" for line in text_lines
+    )
+    return (
+        f'<p:sp><p:nvSpPr><p:cNvPr id="{shape_id}" name="Shape {shape_id}"/><p:cNvSpPr/>{ph}'
+        f"</p:nvSpPr><p:spPr/><p:txBody><a:bodyPr/>{paragraphs}</p:txBody></p:sp>"
+    )
+
+
+def _table_frame(rows: list[list[str]]) -> str:
+    cells = "".join(
+        "<a:tr>"
+        + "".join(
+            f"<a:tc><a:txBody><a:bodyPr/><a:p><a:r><a:t>{_xml_text(c)}</a:t></a:r></a:p></a:txBody></a:tc>"
+            for c in row
+        )
+        + "</a:tr>"
+        for row in rows
+    )
+    return (
+        '<p:graphicFrame><p:nvGraphicFramePr><p:cNvPr id="9" name="Table"/><p:cNvGraphicFramePr/>'
+        "<p:nvPr/></p:nvGraphicFramePr><p:xfrm/><a:graphic><a:graphicData "
+        f'uri="{_DML}/table"><a:tbl>{cells}</a:tbl></a:graphicData></a:graphic></p:graphicFrame>'
+    )
+
+
+def make_pptx(slides: list[dict]) -> bytes:
+    """A deck: each slide a dict with "title", "lines", optional "table" and "notes"."""
+    parts: dict[str, str | bytes] = {}
+    overrides = {"ppt/presentation.xml": f"{_OOXML}.presentationml.presentation.main+xml"}
+    for number, slide in enumerate(slides, start=1):
+        shapes = _shape([slide["title"]], "title", 2) if slide.get("title") else ""
+        shapes += _shape(slide.get("lines", []), "body", 3)
+        if slide.get("table"):
+            shapes += _table_frame(slide["table"])
+        parts[f"ppt/slides/slide{number}.xml"] = (
+            f'<?xml version="1.0" encoding="UTF-8"?><p:sld xmlns:p="{_PML}" xmlns:a="{_DML}" '
+            f'xmlns:r="{_DOC_RELS}"><p:cSld><p:spTree>{shapes}</p:spTree></p:cSld></p:sld>'
+        )
+        overrides[f"ppt/slides/slide{number}.xml"] = f"{_OOXML}.presentationml.slide+xml"
+        if slide.get("notes"):
+            parts[f"ppt/notesSlides/notesSlide{number}.xml"] = (
+                f'<?xml version="1.0" encoding="UTF-8"?><p:notes xmlns:p="{_PML}" '
+                f'xmlns:a="{_DML}"><p:cSld><p:spTree>{_shape([], "sldImg", 2)}'
+                f"{_shape(slide['notes'], 'body', 3)}{_shape([str(number)], 'sldNum', 4)}"
+                "</p:spTree></p:cSld></p:notes>"
+            )
+            parts[f"ppt/slides/_rels/slide{number}.xml.rels"] = _relationships(
+                [("notesSlide", f"../notesSlides/notesSlide{number}.xml")]
+            )
+    ids = "".join(f'<p:sldId id="{255 + n}" r:id="rId{n}"/>' for n in range(1, len(slides) + 1))
+    parts["ppt/presentation.xml"] = (
+        f'<?xml version="1.0" encoding="UTF-8"?><p:presentation xmlns:p="{_PML}" '
+        f'xmlns:r="{_DOC_RELS}"><p:sldIdLst>{ids}</p:sldIdLst></p:presentation>'
+    )
+    parts["ppt/_rels/presentation.xml.rels"] = _relationships(
+        [("slide", f"slides/slide{n}.xml") for n in range(1, len(slides) + 1)]
+    )
+    return zip_package(
+        {
+            "[Content_Types].xml": _content_types(overrides),
+            "_rels/.rels": _relationships([("officeDocument", "ppt/presentation.xml")]),
+            **parts,
+        }
+    )
+
+
+def _column(index: int) -> str:
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(65 + rest) + letters
+    return letters
+
+
+# Number formats of make_xlsx's cells: a value given as (number, style) uses one.
+XLSX_STYLES = {"currency": 1, "date": 2, "percent": 3, "thousands": 4}
+
+
+def make_xlsx(sheets: dict[str, list[list]], dimension: dict[str, str] | None = None) -> bytes:
+    """A workbook: sheet name -> rows; a cell is text, a number, or (number, style name)
+    with a style of XLSX_STYLES. `dimension` overrides a sheet's declared dimension."""
+    strings: list[str] = []
+    parts: dict[str, str | bytes] = {}
+    overrides = {
+        "xl/workbook.xml": f"{_OOXML}.spreadsheetml.sheet.main+xml",
+        "xl/styles.xml": f"{_OOXML}.spreadsheetml.styles+xml",
+        "xl/sharedStrings.xml": f"{_OOXML}.spreadsheetml.sharedStrings+xml",
+    }
+    for number, (name, rows) in enumerate(sheets.items(), start=1):
+        xml_rows = []
+        for r, row in enumerate(rows, start=1):
+            cells = []
+            for c, value in enumerate(row):
+                ref = f"{_column(c)}{r}"
+                if isinstance(value, str):
+                    strings.append(value)
+                    cells.append(f'<c r="{ref}" t="s"><v>{len(strings) - 1}</v></c>')
+                elif isinstance(value, tuple):
+                    cells.append(f'<c r="{ref}" s="{XLSX_STYLES[value[1]]}"><v>{value[0]}</v></c>')
+                else:
+                    cells.append(f'<c r="{ref}"><v>{value}</v></c>')
+            xml_rows.append(f'<row r="{r}">{"".join(cells)}</row>')
+        width = max((len(row) for row in rows), default=1)
+        ref = (dimension or {}).get(name, f"A1:{_column(width - 1)}{max(len(rows), 1)}")
+        parts[f"xl/worksheets/sheet{number}.xml"] = (
+            f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{_SML}">'
+            f'<dimension ref="{ref}"/><sheetData>{"".join(xml_rows)}</sheetData></worksheet>'
+        )
+        overrides[f"xl/worksheets/sheet{number}.xml"] = f"{_OOXML}.spreadsheetml.worksheet+xml"
+    sheet_list = "".join(
+        f'<sheet name="{_xml_text(name)}" sheetId="{n}" r:id="rId{n}"/>'
+        for n, name in enumerate(sheets, start=1)
+    )
+    parts["xl/workbook.xml"] = (
+        f'<?xml version="1.0" encoding="UTF-8"?><workbook xmlns="{_SML}" xmlns:r="{_DOC_RELS}">'
+        f"<sheets>{sheet_list}</sheets></workbook>"
+    )
+    targets = [("worksheet", f"worksheets/sheet{n}.xml") for n in range(1, len(sheets) + 1)]
+    parts["xl/_rels/workbook.xml.rels"] = _relationships(
+        [*targets, ("styles", "styles.xml"), ("sharedStrings", "sharedStrings.xml")]
+    )
+    shared = "".join(f"<si><t>{_xml_text(text)}</t></si>" for text in strings)
+    parts["xl/sharedStrings.xml"] = (
+        f'<?xml version="1.0" encoding="UTF-8"?><sst xmlns="{_SML}" count="{len(strings)}">'
+        f"{shared}</sst>"
+    )
+    parts["xl/styles.xml"] = (
+        f'<?xml version="1.0" encoding="UTF-8"?><styleSheet xmlns="{_SML}">'
+        '<numFmts count="2"><numFmt numFmtId="164" formatCode="&quot;$&quot;#,##0.00"/>'
+        '<numFmt numFmtId="165" formatCode="yyyy-mm-dd"/></numFmts>'
+        '<fonts count="1"><font><sz val="11"/><name val="Calibri"/></font></fonts>'
+        '<fills count="1"><fill><patternFill patternType="none"/></fill></fills>'
+        '<borders count="1"><border/></borders>'
+        '<cellStyleXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" borderId="0"/>'
+        "</cellStyleXfs>"
+        '<cellXfs count="5"><xf numFmtId="0"/><xf numFmtId="164" applyNumberFormat="1"/>'
+        '<xf numFmtId="165" applyNumberFormat="1"/><xf numFmtId="10" applyNumberFormat="1"/>'
+        '<xf numFmtId="3" applyNumberFormat="1"/></cellXfs></styleSheet>'
+    )
+    return zip_package(
+        {
+            "[Content_Types].xml": _content_types(overrides),
+            "_rels/.rels": _relationships([("officeDocument", "xl/workbook.xml")]),
+            **parts,
+        }
+    )
+
+
+def make_epub(title: str, chapters: list[tuple[str, str]]) -> bytes:
+    """An EPUB 3 book: (chapter title, chapter body HTML) in reading order."""
+    manifest = "".join(
+        f'<item id="c{n}" href="text/chapter{n}.xhtml" media-type="application/xhtml+xml"/>'
+        for n in range(1, len(chapters) + 1)
+    )
+    spine = "".join(f'<itemref idref="c{n}"/>' for n in range(1, len(chapters) + 1))
+    toc = "".join(
+        f'<li><a href="text/chapter{n}.xhtml">{_xml_text(name)}</a></li>'
+        for n, (name, _) in enumerate(chapters, start=1)
+    )
+    parts: dict[str, str | bytes] = {
+        "mimetype": "application/epub+zip",
+        "META-INF/container.xml": (
+            '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:'
+            'opendocument:xmlns:container"><rootfiles><rootfile full-path="OEBPS/content.opf" '
+            'media-type="application/oebps-package+xml"/></rootfiles></container>'
+        ),
+        "OEBPS/content.opf": (
+            '<?xml version="1.0" encoding="UTF-8"?><package xmlns="http://www.idpf.org/2007/opf" '
+            'version="3.0" unique-identifier="id"><metadata xmlns:dc="http://purl.org/dc/elements/'
+            '1.1/"><dc:identifier id="id">urn:kb:sample</dc:identifier>'
+            f"<dc:title>{_xml_text(title)}"
+            "</dc:title><dc:language>en</dc:language></metadata><manifest>"
+            '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
+            f"{manifest}</manifest><spine>{spine}</spine></package>"
+        ),
+        "OEBPS/nav.xhtml": (
+            '<?xml version="1.0" encoding="UTF-8"?><html xmlns="http://www.w3.org/1999/xhtml" '
+            'xmlns:epub="http://www.idpf.org/2007/ops"><head><title>Contents</title></head><body>'
+            f'<nav epub:type="toc"><ol>{toc}</ol></nav></body></html>'
+        ),
+    }
+    for n, (name, body) in enumerate(chapters, start=1):
+        parts[f"OEBPS/text/chapter{n}.xhtml"] = (
+            '<?xml version="1.0" encoding="UTF-8"?><html xmlns="http://www.w3.org/1999/xhtml">'
+            f"<head><title>{_xml_text(name)}</title></head><body>{body}</body></html>"
+        )
+    return zip_package(parts, stored=("mimetype",))
+
+
+def make_eml(
+    subject: str,
+    sender: str,
+    date: str,
+    body: str,
+    attachments: list[tuple[str, str, bytes]] = (),  # type: ignore[assignment]
+    html: str | None = None,
+) -> bytes:
+    """A MIME mail: a plain-text body (and an HTML alternative), then attachments given
+    as (file name, MIME type, content)."""
+    from email.message import EmailMessage
+    from email.policy import SMTP
+
+    message = EmailMessage()
+    message["Subject"] = subject
+    message["From"] = sender
+    message["To"] = "knowledge-base@example.com"
+    message["Date"] = date
+    message["Message-ID"] = f"<{'-'.join(subject.lower().split()[:4])}@example.com>"
+    message.set_content(body)
+    if html is not None:
+        message.add_alternative(html, subtype="html")
+    for filename, mime, data in attachments:
+        maintype, subtype = mime.split("/")
+        message.add_attachment(data, maintype=maintype, subtype=subtype, filename=filename)
+    for number, part in enumerate(message.walk()):  # fixed, so the sample is reproducible
+        if part.is_multipart():
+            part.set_boundary(f"kb-sample-part-{number}")
+    return message.as_bytes(policy=SMTP)
+
+
+# --- hostile variants (generated by the tests, never committed) ---------------------
+
+
+def zip_bomb(package: bytes, member: str, inflated_bytes: int = 1 << 30) -> bytes:
+    """`package` with `member` replaced by `inflated_bytes` of whitespace (about 1 MB
+    zipped per GiB)."""
+    import zipfile
+
+    out = io.BytesIO()
+    block = b" " * (1 << 20)
+    with (
+        zipfile.ZipFile(io.BytesIO(package)) as source,
+        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as target,
+    ):
+        for info in source.infolist():
+            if info.filename != member:
+                target.writestr(info.filename, source.read(info))
+                continue
+            with target.open(member, "w", force_zip64=True) as inflating:
+                for _ in range(inflated_bytes >> 20):
+                    inflating.write(block)
+    return out.getvalue()
 
 
 if __name__ == "__main__":

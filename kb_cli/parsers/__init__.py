@@ -1,23 +1,28 @@
 """Parsers: a stored file -> text blocks with their page or heading.
 
 Each parser module is imported only when a file of its kind is parsed, so commands
-that never parse (status, --help) do not pay for pypdf or python-docx.
+that never parse (status, --help) do not pay for pypdf, python-docx or lxml. What a
+file is, is read from its content where its content says so (detect.py).
 
 Every parse is bounded (ParseLimits): characters, pages and decompressed bytes are
-counted as the parser goes; PDF and DOCX, whose libraries cannot be interrupted or
-limited from inside, run in a child process with a memory limit and a deadline
-(`kb_cli/parsers/isolated.py`). Plain text and Markdown stay in-process: their parse
-is one decode of a file the upload limit already bounds.
+counted as the parser goes; every format but plain text and Markdown runs in a child
+process with a memory limit and a deadline (`kb_cli/parsers/isolated.py`): PDF,
+DOCX, PPTX, XLSX and EPUB because their libraries (pdfium, lxml) cannot be
+interrupted or limited from inside, HTML, CSV and mail because a mail's attachments
+are PDFs and DOCX files and a page's or a table's cost is better bounded the same
+way. Plain text and Markdown stay in-process: their parse is one decode of a file
+the upload limit already bounds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb_cli.errors import DocumentTooLarge
+from kb_cli.errors import DocumentTooLarge, ParseError
 
 # (done, total) of the parser's own units: pages for a PDF, blocks otherwise.
 ProgressCallback = Callable[[int, int], None]
@@ -55,6 +60,20 @@ class Budget:
             raise DocumentTooLarge(f"more than {self.limits.max_pages} {unit} (KB_MAX_PAGES)")
 
 
+@contextlib.contextmanager
+def part_errors(part: str) -> Iterator[None]:
+    """A failure while reading one part of a document (a slide, a sheet, a chapter, an
+    attachment) as a ParseError that names the part; limits and memory pass through."""
+    try:
+        yield
+    except ParseError as error:
+        detail = str(error)
+        raise ParseError(detail if detail.startswith(part) else f"{part}: {detail}") from error
+    except (ValueError, LookupError, AssertionError, TypeError, EOFError) as error:
+        detail = " ".join(str(error).split())[:300]
+        raise ParseError(f"{part}: {type(error).__name__}: {detail}") from error
+
+
 @dataclass(frozen=True)
 class Block:
     text: str
@@ -88,17 +107,28 @@ class FileKind:
     module: str
 
 
+_OOXML = "application/vnd.openxmlformats-officedocument"
 KINDS = {
-    ".pdf": FileKind(".pdf", "application/pdf", "pdf"),
-    ".docx": FileKind(
-        ".docx",
-        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-        "docx",
-    ),
-    ".txt": FileKind(".txt", "text/plain", "text"),
-    ".md": FileKind(".md", "text/markdown", "text"),
+    kind.extension: kind
+    for kind in (
+        FileKind(".pdf", "application/pdf", "pdf"),
+        FileKind(".docx", f"{_OOXML}.wordprocessingml.document", "docx"),
+        FileKind(".pptx", f"{_OOXML}.presentationml.presentation", "slides"),
+        FileKind(".xlsx", f"{_OOXML}.spreadsheetml.sheet", "sheets"),
+        FileKind(".epub", "application/epub+zip", "epub"),
+        FileKind(".html", "text/html", "html_page"),
+        FileKind(".htm", "text/html", "html_page"),
+        FileKind(".xhtml", "application/xhtml+xml", "html_page"),
+        FileKind(".eml", "message/rfc822", "mail"),
+        FileKind(".csv", "text/csv", "delimited"),
+        FileKind(".tsv", "text/tab-separated-values", "delimited"),
+        FileKind(".txt", "text/plain", "text"),
+        FileKind(".md", "text/markdown", "text"),
+    )
 }
 KIND_BY_CONTENT_TYPE = {kind.content_type: kind for kind in KINDS.values()}
+# Packages and binary formats: their content, not a text decoding of it, says what they are.
+PACKAGED = {".docx", ".pptx", ".xlsx", ".epub"}
 
 
 def kind_for_filename(filename: str) -> FileKind | None:

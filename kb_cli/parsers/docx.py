@@ -1,15 +1,15 @@
 """DOCX with python-docx: paragraphs and tables in document order, headings kept.
 
-The package's parts are counted before python-docx inflates them: their declared
-sizes (which zipfile enforces on reading) against the decompressed-bytes limit."""
+The package's parts are counted before python-docx inflates them (package.py)."""
 
 from __future__ import annotations
 
 import zipfile
 from pathlib import Path
 
-from kb_cli.errors import DocumentTooLarge, ParseError
+from kb_cli.errors import ParseError
 from kb_cli.parsers import Block, Budget, HeadingPath, ProgressCallback
+from kb_cli.parsers.package import check_inflated_size
 
 
 def preload() -> None:
@@ -21,7 +21,7 @@ def parse(path: Path, on_progress: ProgressCallback, budget: Budget) -> list[Blo
     import docx
     from docx.opc.exceptions import PackageNotFoundError
 
-    _check_inflated_size(path, budget.limits.max_decompressed_bytes)
+    check_inflated_size(path, budget.limits.max_decompressed_bytes)
     try:
         document = docx.Document(str(path))
     except PackageNotFoundError as error:
@@ -41,18 +41,6 @@ def parse(path: Path, on_progress: ProgressCallback, budget: Budget) -> list[Blo
     if not items:
         on_progress(1, 1)
     return blocks
-
-
-def _check_inflated_size(path: Path, limit: int) -> None:
-    try:
-        with zipfile.ZipFile(path) as package:
-            inflated = sum(info.file_size for info in package.infolist())
-    except zipfile.BadZipFile:
-        return  # python-docx says what is wrong with it
-    if inflated > limit:
-        raise DocumentTooLarge(
-            f"its parts inflate to more than {limit} bytes (KB_MAX_DECOMPRESSED_BYTES)"
-        )
 
 
 def _text_of(item) -> tuple[str, int | None]:

@@ -2,7 +2,8 @@
 
 Two real worker processes race for every task (exactly one wins), the damaged PDF
 fails with `parse_error`, is replaced and retried, one task is cancelled mid-run,
-the good documents are published and searched in English and Chinese.
+the good documents (a PDF, a DOCX, Markdown, a slide deck and a spreadsheet among them)
+are published and searched in English and Chinese.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from kb_cli.services import documents, search, tasks
 RACERS = ("worker-A", "worker-B")
 DAMAGED, REPLACEMENT, CANCELLED = "damaged.pdf", "handbook.pdf", "faq.txt"
 # Questions, not keywords: hybrid search ranks chunks by their words and their meaning.
-QUERIES = ("How long do we keep invoices?", "文档什么时候才能被搜索到？")
+QUERIES = (
+    "How long do we keep invoices?",
+    "文档什么时候才能被搜索到？",
+    "When does the offline index ship?",  # a slide's speaker notes
+)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from kb_cli.app import Kb, require_base, resolve_document_id
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, SUBMITTABLE, DocStatus, Stage, TaskStatus
-from kb_cli.parsers import FileKind, kind_for_filename
+from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
 from kb_cli.records import DocumentRecord, TaskRecord
 from kb_cli.store import StoredObject
@@ -178,19 +178,34 @@ def _check_files(paths: list[Path], max_bytes: int) -> list[_Upload]:
             raise UsageError(f"not a regular file: {_shown(path)}")
     uploads = []
     for path in paths:
-        kind = kind_for_filename(path.name)
-        if kind is None:
-            raise InvalidInputError(
-                f"unsupported file type: {_shown(path.name)} (supported: .pdf, .docx, .txt, .md)"
-            )
+        if not os.access(path, os.R_OK):
+            raise InvalidInputError(f"file is not readable: {_shown(path.name)}")
+        kind = _kind_of(path)
         if path.stat().st_size > max_bytes:
             raise InvalidInputError(
                 f"file too large: {_shown(path.name)} (limit {max_bytes} bytes)"
             )
-        if not os.access(path, os.R_OK):
-            raise InvalidInputError(f"file is not readable: {_shown(path.name)}")
         uploads.append(_Upload(path, kind))
     return uploads
+
+
+def _kind_of(path: Path) -> FileKind:
+    """The file's kind by its content (and name); InvalidInputError when kb cannot read
+    it, saying what to convert a legacy Office file to."""
+    from kb_cli.parsers.detect import detect, legacy_office
+
+    name = _shown(path.name)
+    try:
+        kind = detect(path, name)
+        legacy = None if kind is not None else legacy_office(path, name)
+    except OSError as error:
+        raise InvalidInputError(f"cannot read {name}: {error.strerror}") from error
+    if legacy is not None:
+        raise InvalidInputError(f"unsupported file type: {name} is {legacy}")
+    if kind is None:
+        supported = ", ".join(sorted(KINDS))
+        raise InvalidInputError(f"unsupported file type: {name} (supported: {supported})")
+    return kind
 
 
 def _shown(path: Path | str) -> str:

@@ -112,6 +112,11 @@ def test_demo_runs_to_the_end_without_a_terminal():
     [chinese] = [line for line in lines if "search '文档什么时候才能被搜索到？'" in line]
     # A Chinese question ranks by words while some chunk holds its words (README).
     assert "ingestion-guide-zh.md" in chinese and "words #1" in chinese
+    # A slide deck and a spreadsheet are ingested too; a slide's notes answer a question.
+    for deck_or_sheet in ("product-roadmap.pptx", "regional-budget.xlsx"):
+        assert f"{deck_or_sheet}: document=published" in summary, deck_or_sheet
+    [slides] = [line for line in lines if "search 'When does the offline index ship?'" in line]
+    assert "product-roadmap.pptx chunk 1" in slides
 
 
 def test_demo_json_is_json_lines_with_a_summary():

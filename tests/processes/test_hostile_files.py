@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docgen import raw_pdf
+from tests.docgen import make_eml, make_epub, make_pptx, make_xlsx, raw_pdf, zip_bomb
 from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until
 
 BACKENDS = ["pypdf", "pdfium"]
@@ -149,6 +149,72 @@ def test_text_over_a_limit_is_too_large_and_names_it(tmp_path, variable, value, 
     task, _ = work_measured(tmp_path, path, **{variable: value})
     assert task["error_code"] == "document_too_large" and variable in task["error_detail"]
     assert task["status"] == "failed"  # permanent: no retry
+
+
+# --- slides, spreadsheets, books, pages and mail ----------------------------------------
+
+PACKAGE_BOMBS = {
+    "bomb.pptx": (lambda: make_pptx([{"title": "T", "lines": ["x"]}]), "ppt/slides/slide1.xml"),
+    "bomb.xlsx": (lambda: make_xlsx({"S": [["a"]]}), "xl/worksheets/sheet1.xml"),
+    "bomb.epub": (lambda: make_epub("B", [("C", "<p>x</p>")]), "OEBPS/text/chapter1.xhtml"),
+}
+
+
+@pytest.mark.slow  # writing 1 GiB through deflate takes a few seconds per file
+@pytest.mark.parametrize("name", sorted(PACKAGE_BOMBS))
+def test_a_package_with_a_gigabyte_member_is_too_large_before_it_inflates(tmp_path, name):
+    make, member = PACKAGE_BOMBS[name]
+    bomb = tmp_path / name
+    bomb.write_bytes(zip_bomb(make(), member, 1 << 30))  # 1 GiB of whitespace, ~1 MB zipped
+    assert bomb.stat().st_size < 2 << 20
+    task, peak = work_measured(tmp_path, bomb)
+    assert task["error_code"] == "document_too_large", task
+    assert "KB_MAX_DECOMPRESSED_BYTES" in task["error_detail"]
+    print(f"{name}: peak RSS {peak} MiB")
+    assert peak < 400  # the worker itself: nothing was inflated
+
+
+def test_a_sparse_spreadsheet_is_too_large_before_its_rows_are_read(tmp_path):
+    """A1 and XFD1048576: the reader the guide measured iterated for 90 s at 2.4 GB."""
+    path = tmp_path / "sparse.xlsx"
+    path.write_bytes(
+        make_xlsx(
+            {"Sparse": [["first"]]},
+            dimension={"Sparse": "A1:XFD1048576"},
+        )
+    )
+    started = time.monotonic()
+    task, peak = work_measured(tmp_path, path)
+    assert task["error_code"] == "document_too_large", task
+    assert "sheet Sparse declares A1:XFD1048576" in task["error_detail"]
+    assert time.monotonic() - started < 30 and peak < 400
+
+
+def test_a_mail_of_ten_thousand_parts_is_too_large_with_bounded_memory(tmp_path):
+    path = tmp_path / "parts.eml"
+    parts = [(f"note-{i}.txt", "text/plain", b"x") for i in range(10_000)]
+    path.write_bytes(
+        make_eml("Many parts", "a@example.com", "Tue, 1 Dec 2026 10:00:00 +0000", "body", parts)
+    )
+    task, peak = work_measured(tmp_path, path, KB_PARSE_MAX_MEMORY_MB="256")
+    assert task["error_code"] == "document_too_large", task
+    assert "MIME parts" in task["error_detail"]
+    print(f"10,000-part mail: peak RSS {peak} MiB")
+    assert peak < 256 + 300
+
+
+def test_a_hundred_thousand_nested_divs_are_read_whole_with_bounded_memory(tmp_path):
+    """Not a failure: the page's text is all there (lxml would return nothing, silently)."""
+    depth = 100_000
+    path = tmp_path / "nested.html"
+    path.write_text(
+        "<html><body>" + "<div>" * depth + "<p>the deepest sentence</p>" + "</div>" * depth
+    )
+    task, peak = work_measured(tmp_path, path, KB_PARSE_MAX_MEMORY_MB="256")
+    assert task["status"] == "succeeded", task
+    assert [row["text"] for row in db_rows("SELECT text FROM chunks")] == ["the deepest sentence"]
+    print(f"nested divs: peak RSS {peak} MiB")
+    assert peak < 256 + 300
 
 
 def wait_for_parse(task_id: str) -> None:
