@@ -24,7 +24,7 @@ def upload(
         list[Path],
         typer.Argument(
             metavar="FILE...",
-            help="Files to upload: PDF, DOCX, PPTX, XLSX, CSV/TSV, HTML, EML, EPUB, Markdown or text.",
+            help="Files: PDF, DOCX, PPTX, XLSX, CSV/TSV, HTML, EML, EPUB, Markdown, text.",
             show_default=False,
         ),
     ],
