@@ -3,6 +3,7 @@ warnings, and global options typed after the command."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -46,7 +47,7 @@ def test_every_help_fits_80_columns_without_a_broken_word_or_a_stray_break(path)
     broken = [word for word in _help_words(path) if word not in tokens]
     assert not broken, result.stdout  # a word wrapped in two is in no line whole
     description = [line.strip() for line in lines[: _first_box(lines)]]
-    for line, following in zip(description, description[1:], strict=False):
+    for line, following in itertools.pairwise(description):
         if line and following:  # inside a paragraph the next word did not fit here
             assert len(line) + 1 + len(following.split()[0]) > HELP_COLUMNS - 2, (line, following)
 
