@@ -190,6 +190,38 @@ def list_audit_events(conn: Connection, entity_ids: Sequence[str]) -> list[Any]:
     return conn.execute(sql, dict(zip(names, entity_ids, strict=True))).all()
 
 
+_IN_BATCH = 500  # values per IN list: far below both engines' limits on parameters
+
+
+def _rows_in(conn: Connection, sql: str, values: Sequence[Any], **params: Any) -> list[Any]:
+    """Rows of `sql`, whose `{values}` is an IN list of `values`, in batches."""
+    rows: list[Any] = []
+    for start in range(0, len(values), _IN_BATCH):
+        batch = values[start : start + _IN_BATCH]
+        names = [f"v{i}" for i in range(len(batch))]
+        listed = ", ".join(f":{name}" for name in names)
+        values_of = dict(zip(names, batch, strict=True))
+        rows += conn.execute(sql.format(values=listed), {**params, **values_of}).all()
+    return rows
+
+
+def documents_by_id(conn: Connection, document_ids: Sequence[str]) -> list[Any]:
+    """Id, base, file name and sha256 of each of these documents that still exists."""
+    sql = f"SELECT id, base, filename, sha256 FROM {DOCUMENTS} WHERE id IN ({{values}})"
+    return _rows_in(conn, sql, list(dict.fromkeys(document_ids)))
+
+
+def documents_with_content(conn: Connection, base: str, digests: Sequence[str]) -> list[Any]:
+    """Documents of `base` whose current file has one of these sha256 digests, oldest
+    first."""
+    sql = (
+        f"SELECT d.id, d.base, d.filename, d.sha256 FROM {DOCUMENTS} AS d"
+        f" WHERE d.base = :base AND d.sha256 IN ({{values}}) AND {_NOT_DELETING}"
+        " ORDER BY d.created_at, d.id"
+    )
+    return _rows_in(conn, sql, list(dict.fromkeys(digests)), base=base)
+
+
 # --- inserts -------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import typer
 
 from kb_cli import console
+from kb_cli.cli import commandline
 from kb_cli.cli.shared import Invocation
 from kb_cli.errors import KbError
 
@@ -42,7 +43,8 @@ def _run(app: typer.Typer, args: list[str]) -> int:
 def _invoke(app: typer.Typer, args: list[str], invocation: Invocation, as_json: bool) -> int:
     debug = os.environ.get("KB_DEBUG") == "1"
     try:
-        result = app(args=args, prog_name="kb", standalone_mode=False, obj=invocation)
+        command = commandline.build(app)
+        result = command.main(args=args, prog_name="kb", standalone_mode=False, obj=invocation)
         return result if isinstance(result, int) else 0
     except typer.Exit as done:
         return done.exit_code
@@ -55,7 +57,10 @@ def _invoke(app: typer.Typer, args: list[str], invocation: Invocation, as_json: 
         if type(error).__name__ == "NoArgsIsHelpError" and help_context is not None:
             console.emit(help_context.get_help())
             return 2
-        return _report("usage", " ".join(error.format_message().split()), 2, as_json)
+        message = " ".join(error.format_message().split())
+        if type(error).__name__ == "NoSuchOption":
+            message += f"; {commandline.GLOBAL_OPTIONS_HINT}"
+        return _report("usage", message, 2, as_json)
     except KbError as error:
         if debug:
             raise

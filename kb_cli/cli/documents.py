@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import BaseOption, DocumentId, JsonFlag, open_kb
+from kb_cli.cli.shared import BaseOption, DocumentId, JsonFlag, open_kb, print_with_filenames
 from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
 from kb_cli.permissions import DEFAULT_BASE, EDITORS, REVIEWERS, Rule, Target
@@ -71,7 +71,8 @@ def upload(
     else:
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE)
         records = documents.upload_files(kb, files, submit=submit, base=base or DEFAULT_BASE)
-    console.print_records(records, json_out)
+        console.warn_duplicates(documents.duplicates(kb, [r.document_id for r in records]))
+    print_with_filenames(kb, records, json_out)
 
 
 SUBMIT = Rule("submit", EDITORS, Target.DOCUMENT)
@@ -88,9 +89,8 @@ def submit(
     """
     from kb_cli.services import documents
 
-    console.print_records(
-        [documents.submit_document(open_kb(ctx, SUBMIT, document_id), document_id)], json_out
-    )
+    kb = open_kb(ctx, SUBMIT, document_id)
+    print_with_filenames(kb, [documents.submit_document(kb, document_id)], json_out)
 
 
 PUBLISH = Rule("publish", REVIEWERS, Target.DOCUMENT)

@@ -93,6 +93,17 @@ def settings_of(ctx: typer.Context) -> Settings:
     return resolve_settings(options.home, options.database_url, options.object_store)
 
 
+def print_with_filenames(kb: Kb, records: list, json_out: bool) -> None:
+    """Records as console.print_records prints them, each task's file named on a
+    screen or in a plain line (JSON records stay as the contract has them)."""
+    from kb_cli.records import TaskRecord
+    from kb_cli.services import documents
+
+    tasks = [record.document_id for record in records if isinstance(record, TaskRecord)]
+    names = documents.filenames(kb, tasks) if tasks and not json_out else {}
+    console.print_records(records, json_out, names)
+
+
 def open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | None = None):
     """For commands that list or search: with no knowledge base yet there is nothing to
     show, which is said on stderr (not in --json mode); None then."""

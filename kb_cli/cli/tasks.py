@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import JsonFlag, open_kb, open_to_read
+from kb_cli.cli.shared import JsonFlag, open_kb, open_to_read, print_with_filenames
 from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import UsageError, WaitTimeout
 from kb_cli.lifecycle import DocStatus, ErrorCode
@@ -96,7 +96,7 @@ def status(
         raise UsageError("--timeout only applies with --wait")
     kb = open_kb(ctx, STATUS, entity_id, create=False)
     if not wait:
-        console.print_records([tasks.get_record(kb, entity_id)], json_out)
+        print_with_filenames(kb, [tasks.get_record(kb, entity_id)], json_out)
         return
     _wait(kb, entity_id, timeout, json_out)
 
@@ -115,11 +115,11 @@ def _wait(kb, entity_id: str, timeout: float | None, json_out: bool) -> None:
     except WaitTimeout as timed_out:
         if watcher:
             watcher.close(None)
-        console.print_records([timed_out.record], json_out)
+        print_with_filenames(kb, [timed_out.record], json_out)
         raise
     if watcher:
         watcher.close(record)
-    console.print_records([record], json_out)
+    print_with_filenames(kb, [record], json_out)
     task = console.short(record.task_id)
     if record.status == "failed":
         raise TaskUnsuccessful(
@@ -155,7 +155,8 @@ def cancel(
     """
     from kb_cli.services import tasks
 
-    console.print_records([tasks.cancel_task(open_kb(ctx, CANCEL, task_id), task_id)], json_out)
+    kb = open_kb(ctx, CANCEL, task_id)
+    print_with_filenames(kb, [tasks.cancel_task(kb, task_id)], json_out)
 
 
 RETRY = Rule("retry", EDITORS, Target.TASK_OR_DOCUMENT)
@@ -202,7 +203,7 @@ def retry(
         records = tasks.retry_all_failed(kb, error_code)
     else:
         records = [tasks.retry_task(kb, entity_id)]
-    console.print_records(records, json_out)
+    print_with_filenames(kb, records, json_out)
 
 
 WORK = Rule("work", WORKERS, Target.TASK)

@@ -33,6 +33,7 @@ from kb_cli.console.core import (
     short,
     stopping,
     visible,
+    warn,
     write_json,
 )
 from kb_cli.console.demo import DemoLog, print_demo_summary
@@ -45,6 +46,7 @@ from kb_cli.console.tasks import (
     print_deletions,
     print_document_table,
     task_line,
+    warn_duplicates,
 )
 from kb_cli.console.waiting import NO_WORKER_HINT, NO_WORKER_HINT_SECONDS, LiveWait, WaitHint
 from kb_cli.console.workers import LiveWorkerDisplay, PlainWorkerLog
@@ -89,5 +91,7 @@ __all__ = [
     "stopping",
     "task_line",
     "visible",
+    "warn",
+    "warn_duplicates",
     "write_json",
 ]

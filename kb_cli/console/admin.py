@@ -9,6 +9,7 @@ from typing import Any
 
 from kb_cli.console.core import (
     PLAIN_PROGRESS_INTERVAL,
+    counted,
     emit,
     is_fancy,
     log,
@@ -49,7 +50,8 @@ def print_reindex(report: Any, as_json: bool) -> None:
     if as_json:
         write_json(report)
     else:
-        emit(f"embedded {report.chunks} chunks of {report.revisions} revisions with {report.model}")
+        chunks, revisions = counted(report.chunks, "chunk"), counted(report.revisions, "revision")
+        emit(f"embedded {chunks} of {revisions} with {report.model}")
 
 
 def print_doctor(report: Any, as_json: bool) -> None:
@@ -81,7 +83,7 @@ def print_bases(records: list[Any], as_json: bool) -> None:
     for record in records:
         readers = "teams " + ", ".join(record.teams) if record.teams else "everyone"
         grants = f"; granted to {', '.join(record.grants)}" if record.grants else ""
-        count = f"{record.documents} document" + ("" if record.documents == 1 else "s")
+        count = counted(record.documents, "document")
         emit(f"{record.base}: {count}; read by {readers}{grants}")
 
 

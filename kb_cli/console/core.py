@@ -56,7 +56,12 @@ def log(message: str) -> None:
 
 def note(message: str) -> None:
     """Something the user should know that is not an error, on stderr."""
-    log(f"kb: {message}")
+    log_wrapped(f"kb: {message}")
+
+
+def warn(message: str) -> None:
+    """Something that worked but is probably not what the user meant, on stderr."""
+    log_wrapped(f"kb: warning: {message}")
 
 
 def report_error(code: str, message: str, as_json: bool) -> None:
@@ -64,7 +69,24 @@ def report_error(code: str, message: str, as_json: bool) -> None:
     if as_json:
         log(json.dumps({"error": code, "message": message}))
     else:
-        log(f"kb: error: {message}")
+        log_wrapped(f"kb: error: {message}")
+
+
+def log_wrapped(message: str) -> None:
+    """A message for a person on stderr: on a terminal wrapped at word boundaries to
+    its width (the terminal itself would cut words in two); elsewhere one line."""
+    if not is_fancy(sys.stderr):
+        log(message)
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True, highlight=False).print(Text(message))
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 document`, `2 documents`: nouns that take an s."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def stopping(signal_name: str) -> None:
@@ -76,21 +98,26 @@ def short(identifier: str | None) -> str:
     return identifier[:8] if identifier else "-"
 
 
-def print_records(records: Iterable[Any], as_json: bool) -> None:
+def print_records(
+    records: Iterable[Any], as_json: bool, filenames: dict[str, str] | None = None
+) -> None:
     """Print records as JSON Lines; otherwise one readable line each, or on a terminal
-    a small panel for one task or document and a table for several."""
+    a small panel for one task or document and a table for several. `filenames` (by
+    document id) names the file of each task; JSON records stay as the contract has
+    them."""
     from kb_cli.console.answers import search_line
     from kb_cli.console.history import audit_line
     from kb_cli.console.tasks import document_line, task_line
 
     records = list(records)
-    if not as_json and records and is_fancy(sys.stdout) and _print_on_terminal(records):
+    names = filenames or {}
+    if not as_json and records and is_fancy(sys.stdout) and _print_on_terminal(records, names):
         return
     for record in records:
         if as_json:
             write_json(record)
         elif isinstance(record, TaskRecord):
-            emit(task_line(record))
+            emit(task_line(record, names.get(record.document_id)))
         elif isinstance(record, DocumentRecord):
             emit(document_line(record))
         elif isinstance(record, SearchHit):
@@ -101,7 +128,7 @@ def print_records(records: Iterable[Any], as_json: bool) -> None:
             emit(str(record))
 
 
-def _print_on_terminal(records: list[Any]) -> bool:
+def _print_on_terminal(records: list[Any], filenames: dict[str, str]) -> bool:
     from kb_cli.console.history import print_history_table
     from kb_cli.console.tasks import document_panel, document_table, task_panel, task_table
 
@@ -116,7 +143,12 @@ def _print_on_terminal(records: list[Any]) -> bool:
             else document_table(records, console.width)
         )
     elif kinds == {TaskRecord}:
-        rich_console().print(task_panel(records[0]) if len(records) == 1 else task_table(records))
+        console = rich_console()
+        console.print(
+            task_panel(records[0], filenames.get(records[0].document_id))
+            if len(records) == 1
+            else task_table(records, filenames, console.width)
+        )
     else:
         return False
     return True
@@ -196,6 +228,57 @@ def cell_len_of(text: str) -> int:
     from rich.cells import cell_len
 
     return cell_len(text)
+
+
+def cut_name(name: str, width: int, keep_end: int | None = None) -> str:
+    """A file name cut to `width` cells with `…` in the middle: its start and its end
+    (where numbers and the extension are) stay readable. `keep_end` cells of the end
+    are kept (default: a third of the width)."""
+    if cell_len_of(name) <= width:
+        return name
+    if width < 2:
+        return "…"[:width]
+    end_cells = min(keep_end if keep_end is not None else width // 3, width - 1)
+    end = _last_cells(name, end_cells)
+    start = _first_cells(name, width - 1 - cell_len_of(end))
+    return f"{start}…{end}"
+
+
+def cut_names(names: list[str], width: int) -> dict[str, str]:
+    """Each name cut to `width` cells (cut_name), and two different names still told
+    apart where the width allows: names cut alike move the `…`, nearest first, until
+    their cuts differ."""
+    cuts = {name: cut_name(name, width) for name in names}
+    default = width // 3
+    shifts = sorted(range(1, width - 1), key=lambda keep_end: abs(keep_end - default))
+    for keep_end in shifts:
+        alike = _cut_alike(cuts)
+        if not alike:
+            break
+        for name in alike:
+            cuts[name] = cut_name(name, width, keep_end)
+    return cuts
+
+
+def _cut_alike(cuts: dict[str, str]) -> list[str]:
+    seen: dict[str, list[str]] = {}
+    for name, cut in cuts.items():
+        seen.setdefault(cut, []).append(name)
+    return [name for group in seen.values() if len(group) > 1 for name in group]
+
+
+def _first_cells(text: str, cells: int) -> str:
+    taken, used = [], 0
+    for char in text:
+        used += cell_len_of(char)
+        if used > cells:
+            break
+        taken.append(char)
+    return "".join(taken)
+
+
+def _last_cells(text: str, cells: int) -> str:
+    return _first_cells(text[::-1], cells)[::-1]
 
 
 def cut_to(text: str, width: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kb_cli.console.core import cell, rich_console, short
+from kb_cli.console.core import cell, counted, rich_console, short
 from kb_cli.records import AuditRecord
 
 
@@ -20,7 +20,7 @@ def print_history_table(events: list[AuditRecord]) -> None:
     from rich.cells import cell_len
 
     console = rich_console()
-    console.print(f"{len(events)} events, oldest first", style="bold")
+    console.print(f"{counted(len(events), 'event')}, oldest first", style="bold")
     for event in events:
         change = f"{event.from_status or '-'} → {event.to_status or '-'}"
         head = (

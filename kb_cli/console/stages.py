@@ -14,6 +14,8 @@ if TYPE_CHECKING:  # rich is loaded only when a terminal shows something
     from rich.progress import TaskID
 
 STAGES = list(Stage)
+_RATE_MIN_ITEMS = 2
+_RATE_MIN_SECONDS = 0.5
 
 
 class LiveStages:
@@ -61,8 +63,11 @@ class LiveStages:
                 whole = task.total or 1
                 self.progress.update(self.bars[earlier], total=whole, completed=whole, mark=_DONE)
         self._ensure(stage)
-        elapsed = max(time.monotonic() - self.started[stage], 1e-6)
-        rate = f"{done / elapsed:,.0f}/s" if done and stage != Stage.DOWNLOAD else ""
+        elapsed = time.monotonic() - self.started[stage]
+        # A rate says something only over several items and a measurable time: one
+        # item done in a millisecond is not "1,000/s".
+        meaningful = done >= _RATE_MIN_ITEMS and elapsed >= _RATE_MIN_SECONDS
+        rate = f"{done / elapsed:,.0f}/s" if meaningful and stage != Stage.DOWNLOAD else ""
         finished = total > 0 and done >= total
         mark = _FAILED if failed else _DONE if finished else "[yellow]…[/yellow]"
         self.progress.update(

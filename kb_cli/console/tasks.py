@@ -10,6 +10,9 @@ from typing import Any
 
 from kb_cli.console.core import (
     cell,
+    cell_len_of,
+    counted,
+    cut_names,
     emit,
     human_size,
     is_fancy,
@@ -20,13 +23,15 @@ from kb_cli.console.core import (
     stage_count,
     styled,
     visible,
+    warn,
 )
+from kb_cli.lifecycle import DocStatus, Stage, TaskStatus
 from kb_cli.records import DocumentRecord, TaskRecord
 
 WIDE = 110  # columns from which the document table shows every field of the latest task
 
 
-def task_line(task: TaskRecord) -> str:
+def task_line(task: TaskRecord, filename: str | None = None) -> str:
     parts = [
         f"task {task.task_id}",
         f"document={task.document_id}",
@@ -44,6 +49,8 @@ def task_line(task: TaskRecord) -> str:
     if task.error_code:
         parts.append(f"error={task.error_code}")
         parts.append(f"detail={json.dumps(task.error_detail, ensure_ascii=False)}")
+    if filename is not None:  # last, so that what reads the fields before is not moved
+        parts.append(f"file={json.dumps(filename, ensure_ascii=False)}")
     return " ".join(parts)
 
 
@@ -106,10 +113,12 @@ def _task_fields(task: TaskRecord) -> list[tuple[str, str]]:
     return fields
 
 
-def task_panel(task: TaskRecord):
+def task_panel(task: TaskRecord, filename: str | None = None):
+    file = [("file", cell(filename))] if filename is not None else []
     return _fields_panel(
         f"task {task.task_id}",
         [
+            *file,
             ("document", task.document_id),
             ("revision", str(task.revision)),
             *_task_fields(task),
@@ -150,47 +159,80 @@ def _table(title: str):
     )
 
 
+# Columns whose width never depends on how far a task has got, so that the table keeps
+# its shape while work runs: the widest value each can hold.
+_DOCUMENT_STATUS_CELLS = max(len(status) for status in DocStatus)
+_TASK_STATUS_CELLS = max(len(status) for status in TaskStatus)
+_STAGE_CELLS = max(len(stage) for stage in Stage)
+_PROGRESS_CELLS = len("1023.9 KB/1023.9 KB")
+_AGE_CELLS = 4  # "59m", "23h", "365d"
+# Below WIDE, the task's status, stage and progress share one cell: room for a running
+# stage with its count ("running embedding 12/40"); a longer count is left out.
+_TASK_SUMMARY_CELLS = 22
+_MIN_FILE_CELLS = 8
+_FILE_CELLS_BEFORE_WIDE = 24  # the task's fields get columns only when the file keeps this
+_ID_CELLS = 8  # a short id
+
+
 def document_table(records: list[DocumentRecord], width: int):
     """Short id, file, document status and the latest task: below WIDE columns the
-    task's status, stage, progress and error share one column; the file takes the room
-    that is left and is cut to fit, never wrapped."""
-    wide = width >= WIDE
+    task's status, stage, progress and error share one column. Every column but the
+    file's has a width that does not change while tasks run; the file takes the room
+    left, and a name that does not fit is cut in the middle (`…`), never wrapped."""
     now = datetime.now(UTC)
-    rows = []
+    longest = max((cell_len_of(visible(r.filename)) for r in records), default=0)
+    wide = width >= WIDE
+    columns = _document_columns(records, wide)
+    room = _file_room(width, columns)
+    if wide and room < min(longest, _FILE_CELLS_BEFORE_WIDE):
+        wide = False  # the task's fields would leave the file too little room
+        columns = _document_columns(records, wide)
+        room = _file_room(width, columns)
+    file_cells = max(min(longest, room), _MIN_FILE_CELLS, len("file"))
+    names = cut_names([visible(record.filename) for record in records], file_cells)
+    table = _table(f"{counted(len(records), 'document')}, newest first")
+    table.add_column("id", no_wrap=True, width=_ID_CELLS)
+    table.add_column("file", no_wrap=True, width=file_cells)
+    for name, cells in columns:
+        justify = "right" if name == "age" else "left"
+        table.add_column(name, no_wrap=True, width=cells, justify=justify, overflow="ellipsis")
     for document in records:
         task = document.latest_task
-        cells = _task_cells(task) if wide else [_task_summary(task)]
-        rows.append(
-            [
-                short(document.document_id),
-                cell(document.filename),
-                styled(document.status),
-                *cells,
-                _age(document.created_at, now),
-            ]
+        table.add_row(
+            short(document.document_id),
+            cell(names[visible(document.filename)]),
+            styled(document.status),
+            *(_task_cells(task) if wide else [_task_summary(task, columns[1][1])]),
+            _age(document.created_at, now),
         )
-    names = ["id", "file", "document"]
-    names += ["task", "stage", "progress", "attempt", "error"] if wide else ["task"]
-    names.append("age")
-    table = _table(f"{len(records)} documents, newest first")
-    widths = [
-        max([len(name)] + [_cell_width(row[i]) for row in rows]) for i, name in enumerate(names)
-    ]
-    room = width - (sum(widths) - widths[1]) - 3 * len(names)
-    for name in names:
-        if name == "file":
-            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=max(room, 8))
-        else:
-            table.add_column(name, no_wrap=True, justify="right" if name == "age" else "left")
-    for row in rows:
-        table.add_row(*row)
     return table
 
 
-def _cell_width(markup: str) -> int:
-    from rich.text import Text
+def _file_room(width: int, columns: list[tuple[str, int]]) -> int:
+    """The cells left for the file column beside the id and `columns`; each column
+    but the last is followed by a rule with a space either side, and the edges."""
+    gaps = 3 * (len(columns) + 1) + 2
+    return width - _ID_CELLS - sum(cells for _, cells in columns) - gaps
 
-    return Text.from_markup(markup).cell_len
+
+def _document_columns(records: list[DocumentRecord], wide: bool) -> list[tuple[str, int]]:
+    """The columns after id and file, with their fixed widths."""
+    codes = [r.latest_task.error_code for r in records if r.latest_task is not None]
+    longest_code = max((len(code) for code in codes if code), default=0)
+    columns = [("document", _DOCUMENT_STATUS_CELLS)]
+    if wide:
+        columns += [
+            ("task", _TASK_STATUS_CELLS),
+            ("stage", _STAGE_CELLS),
+            ("progress", _PROGRESS_CELLS),
+            ("attempt", len("attempt")),
+            ("error", max(longest_code, len("error"))),
+        ]
+    else:
+        # A failed or waiting task shows its error code whole: it is what to search for.
+        summary = max(_TASK_SUMMARY_CELLS, _TASK_STATUS_CELLS + 1 + longest_code)
+        columns.append(("task", summary))
+    return [*columns, ("age", _AGE_CELLS)]
 
 
 def _task_cells(task: TaskRecord | None) -> list[str]:
@@ -205,26 +247,41 @@ def _task_cells(task: TaskRecord | None) -> list[str]:
     ]
 
 
-def _task_summary(task: TaskRecord | None) -> str:
-    """The latest task in one short cell: its status, and what matters in that status."""
+def _task_summary(task: TaskRecord | None, cells: int) -> str:
+    """The latest task in one cell of `cells` columns: its status, and what matters in
+    that status; a running task's count only when it fits whole."""
     if task is None:
         return "-"
     if task.error_code:
         return f"{styled(task.status)} [red]{task.error_code}[/red]"
     if task.status == "running":
         progress = stage_count(task.stage, task.completed, task.total)
+        shown = f"{task.status} {task.stage} {progress}".rstrip()
+        if len(shown) > cells:
+            return f"{styled(task.status)} {task.stage}"
         return f"{styled(task.status)} {task.stage} {progress}".rstrip()
     return styled(task.status)
 
 
-def task_table(records: list[TaskRecord]):
-    table = _table(f"{len(records)} tasks")
-    for name in ("task", "document", "status", "stage", "attempt", "error"):
-        table.add_column(name, no_wrap=True)
-    for task in records:
+def task_table(records: list[TaskRecord], filenames: dict[str, str], width: int):
+    """Several tasks, each with the name of its document's file (what tells 14 tasks
+    of one upload apart); names cut in the middle to fit, like the document table's."""
+    table = _table(counted(len(records), "task"))
+    columns = [("status", _TASK_STATUS_CELLS), ("stage", _STAGE_CELLS), ("attempt", 7)]
+    codes = [len(task.error_code) for task in records if task.error_code]
+    columns.append(("error", max(codes, default=len("error"))))
+    shown = [visible(filenames.get(task.document_id, "-")) for task in records]
+    longest = max((cell_len_of(name) for name in shown), default=0)
+    file_cells = max(min(longest, _file_room(width, columns)), _MIN_FILE_CELLS, len("file"))
+    names = cut_names(shown, file_cells)
+    table.add_column("task", no_wrap=True, width=_ID_CELLS)
+    table.add_column("file", no_wrap=True, width=file_cells)
+    for name, cells in columns:
+        table.add_column(name, no_wrap=True, width=cells)
+    for task, name in zip(records, shown, strict=True):
         table.add_row(
             short(task.task_id),
-            short(task.document_id),
+            cell(names[name]),
             styled(task.status),
             task.stage,
             str(task.attempt),
@@ -254,6 +311,19 @@ def _age(stamp: str, now: datetime) -> str:
     return f"{total}s"
 
 
+def warn_duplicates(duplicates: list[Any]) -> None:
+    """A document just uploaded with the content of an earlier one: stored as asked,
+    but probably not what was meant; one warning each, on stderr."""
+    for duplicate in duplicates:
+        name, other = visible(duplicate.filename), visible(duplicate.same_as_filename)
+        where = "in this upload" if duplicate.in_this_upload else "already in this base"
+        warn(
+            f"{name} has the same content as {other} ({short(duplicate.same_as_id)}) "
+            f"{where}; stored anyway as document {short(duplicate.document_id)} "
+            f"(kb delete {short(duplicate.document_id)} removes it)"
+        )
+
+
 def confirm_deletion(planned: list[Any]) -> bool:
     """On a terminal, ask before deleting; elsewhere (a script, a pipe) do not ask."""
     if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
@@ -262,8 +332,8 @@ def confirm_deletion(planned: list[Any]) -> bool:
         log(f"  {deletion.document_id}  {visible(deletion.filename)}  ({deletion.status})")
     if len(planned) > 10:
         log(f"  ... and {len(planned) - 10} more")
-    noun = "document" if len(planned) == 1 else "documents"
-    sys.stderr.write(f"delete {len(planned)} {noun} with their chunks and files? [y/N] ")
+    what = counted(len(planned), "document")
+    sys.stderr.write(f"delete {what} with their chunks and files? [y/N] ")
     sys.stderr.flush()
     if sys.stdin.readline().strip().lower() not in ("y", "yes"):
         log("nothing deleted")
@@ -279,7 +349,7 @@ def print_deletions(deletions: list[Any], as_json: bool) -> None:
         verb = "deleted" if deletion.deleted else "would delete"
         emit(
             f"{verb} {deletion.document_id} {visible(deletion.filename)} ({deletion.status}; "
-            f"{deletion.chunks} chunks, {deletion.tasks} tasks)"
+            f"{counted(deletion.chunks, 'chunk')}, {counted(deletion.tasks, 'task')})"
         )
     if not deletions:
         log("kb: nothing to delete")

@@ -7,13 +7,24 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from kb_cli.console.core import PLAIN_PROGRESS_INTERVAL, cell, log, short
+from kb_cli.console.core import (
+    PLAIN_PROGRESS_INTERVAL,
+    cell,
+    cell_len_of,
+    cut_name,
+    cut_to,
+    log,
+    short,
+    visible,
+)
 from kb_cli.console.stages import LiveStages, outcome_lines, task_title
 from kb_cli.lifecycle import Stage
 from kb_cli.records import TaskRecord
 
 if TYPE_CHECKING:  # rich is loaded only when a terminal shows something
     from rich.live import Live
+
+_MIN_NAME_CELLS = 12  # below this a cut file name says too little to be worth showing
 
 
 class PlainWorkerLog:
@@ -95,16 +106,20 @@ class LiveWorkerDisplay(PlainWorkerLog):
         self.last: str | None = None
 
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
+        from rich.text import Text
+
         self._stop_idle()
-        self.last = f"{cell(filename)} at {datetime.now().strftime('%H:%M:%S')}"
+        self.last = visible(filename)
         self.live = LiveStages()
         note = ""
         if reclaimed_from:
             note = f" [magenta](reclaimed from {cell(reclaimed_from)})[/magenta]"
-        self.live.start(
-            f"[bold]claimed[/bold] {task_title(task, filename)} "
-            f"worker [cyan]{cell(self.worker_id)}[/cyan] attempt {task.attempt}{note}"
-        )
+        rest = f" worker [cyan]{cell(self.worker_id)}[/cyan] attempt {task.attempt}{note}"
+        # The whole line fits the terminal: the file name is cut (`…`), never wrapped.
+        without_name = f"[bold]claimed[/bold] {task_title(task, '')}{rest}"
+        room = self.console.width - cell_len_of(Text.from_markup(without_name).plain)
+        name = cut_name(visible(filename), max(room, _MIN_NAME_CELLS))
+        self.live.start(f"[bold]claimed[/bold] {task_title(task, name)}{rest}")
 
     def missed(self, task_id: str | None) -> None:
         if task_id:
@@ -119,16 +134,24 @@ class LiveWorkerDisplay(PlainWorkerLog):
 
     def _show_idle(self) -> None:
         from rich.live import Live
+        from rich.text import Text
 
         if self.idle is None:
             self.idle_since = datetime.now()
             self.idle = Live(console=self.console, transient=True, refresh_per_second=4)
             self.idle.start()
-        last = f" · last claim: {self.last}" if self.last else ""
-        self.idle.update(
-            f"[dim]worker {cell(self.worker_id)} waiting for tasks since "
-            f"{self.idle_since:%H:%M:%S} · {self.done} done{last} · Ctrl-C to stop[/dim]"
-        )
+        self.idle.update(Text(self._idle_line(self.console.width), style="dim"))
+
+    def _idle_line(self, width: int) -> str:
+        """One line of at most `width` cells: the last claim's file (cut to fit) only
+        when there is room for it, and a very long worker name cut as a last resort."""
+        since = f"{self.idle_since:%H:%M:%S}" if self.idle_since else ""
+        head = f"worker {visible(self.worker_id)} waiting since {since} · {self.done} done"
+        tail = " · Ctrl-C to stop"
+        room = width - cell_len_of(head + tail) - len(" · last: ")
+        if self.last and room >= min(cell_len_of(self.last), _MIN_NAME_CELLS):
+            head += f" · last: {cut_name(self.last, room)}"
+        return cut_to(head + tail, width)
 
     def _stop_idle(self) -> None:
         if self.idle is not None:
@@ -151,10 +174,10 @@ class LiveWorkerDisplay(PlainWorkerLog):
         self.done += 1
 
     def released(self, task_id: str) -> None:
-        self._after(f"[yellow]released[/yellow] task {short(task_id)}: back in the queue")
+        self._end(f"[yellow]released[/yellow] task {short(task_id)}: back in the queue")
 
     def lost(self, task_id: str) -> None:
-        self._after(
+        self._end(
             f"[yellow]claim lost[/yellow] task {short(task_id)}: cancelled or "
             "reclaimed; stopped without writing"
         )
@@ -168,6 +191,10 @@ class LiveWorkerDisplay(PlainWorkerLog):
             name = cell(self.worker_id)
             self.console.print(f"[dim]worker {name} stopped: {self.done} done[/dim]")
 
-    def _after(self, message: str) -> None:
+    def _end(self, message: str) -> None:
+        """An attempt ended without an outcome of its own: the bars stop where they
+        were, then the message, and nothing of this task is drawn after it."""
         if self.live:
+            self.live.stop()
             self.live.print(message)
+            self.live = None

@@ -15,7 +15,7 @@ from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, Usage
 from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, SUBMITTABLE, DocStatus, Stage, TaskStatus
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
-from kb_cli.records import DocumentRecord, TaskRecord
+from kb_cli.records import DocumentRecord, Row, TaskRecord
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document
 
@@ -52,6 +52,54 @@ def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DE
         for obj in stored:
             kb.store.delete(obj.key)
         raise
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """A document just uploaded whose content an earlier document already has: one
+    of the same upload (the same file named twice) or one already in the base."""
+
+    document_id: str
+    filename: str
+    same_as_id: str
+    same_as_filename: str
+    in_this_upload: bool
+
+
+def duplicates(kb: Kb, document_ids: list[str]) -> list[Duplicate]:
+    """Which of these just-uploaded documents (all of one base, in upload order) have
+    the content of an earlier document of that base. Uploading them is allowed (a
+    copy may be meant); the caller warns."""
+    with kb.db.read() as conn:
+        uploaded = queries.documents_by_id(conn, document_ids)
+        if not uploaded:
+            return []
+        earlier = queries.documents_with_content(
+            conn, uploaded[0].base, [row.sha256 for row in uploaded]
+        )
+    new_ids = set(document_ids)
+    first_with: dict[str, Row] = {
+        row.sha256: row for row in reversed(earlier) if row.id not in new_ids
+    }
+    in_base = set(first_with)
+    by_id = {row.id: row for row in uploaded}
+    found = []
+    for document_id in document_ids:
+        row = by_id.get(document_id)
+        if row is None:
+            continue
+        other = first_with.setdefault(row.sha256, row)
+        if other is not row:
+            found.append(
+                Duplicate(row.id, row.filename, other.id, other.filename, row.sha256 not in in_base)
+            )
+    return found
+
+
+def filenames(kb: Kb, document_ids: list[str]) -> dict[str, str]:
+    """The file name of each document, by id: what tells tasks apart on a screen."""
+    with kb.db.read() as conn:
+        return {row.id: row.filename for row in queries.documents_by_id(conn, document_ids)}
 
 
 def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from tests.helpers import run_kb, start_kb
+from tests.helpers import run_kb, start_kb, wait_until
 from tests.terminal import ANSI, run_in_terminal
 
 WIDTHS = (80, 200)
@@ -44,7 +44,7 @@ def test_status_table_keeps_one_row_per_document(tmp_path, columns):
         [row] = [line for line in lines if document_id[:8] in line]  # one row, never two
         assert "processing" in row or "draft" in row
     [long_row] = [line for line in lines if ids[1][:8] in line]
-    assert "Quarterly report" in long_row and "queued" in long_row
+    assert "Quarterly r" in long_row and "queued" in long_row
     if columns >= 200:
         assert LONG_NAME in long_row  # room enough: nothing cut
     else:
@@ -81,14 +81,106 @@ def test_worker_screen_names_the_file_and_does_not_repeat_the_record(tmp_path, c
 
 
 def test_idle_loop_worker_keeps_one_status_line(tmp_path):
+    upload(tmp_path, LONG_NAME, "# T\n\ntext\n", "--submit")
     code, screen = run_in_terminal(
-        "work", "--loop", "--poll-seconds", "0.05", interrupt_on="waiting for tasks", COLUMNS="80"
+        "work", "--loop", "--poll-seconds", "0.05", interrupt_on="waiting since", COLUMNS="80"
     )  # then 20 polls
     assert code == 0
     assert "no claimable task" not in screen
+    lines = assert_fits(screen, 80)
+    idle = [line for line in lines if "waiting since" in line]
+    assert idle and all("1 done" in line and "Ctrl-C to stop" in line for line in idle)
+    assert "stopped: 1 done" in ANSI.sub("", screen)
+
+
+def test_a_long_file_name_keeps_the_claim_on_one_line(tmp_path):
+    upload(tmp_path, LONG_NAME, "# T\n\ntext\n", "--submit")
+    code, screen = run_in_terminal("work", "--worker-id", "A", COLUMNS="80")
+    assert code == 0
+    lines = assert_fits(screen, 80)
+    [claim] = [line for line in lines if line.startswith("claimed")]
+    assert "Quarterly" in claim and "…" in claim and claim.endswith("worker A attempt 1")
+    assert "/s" not in ANSI.sub("", screen)  # one chunk in no time is no rate
+
+
+def test_ctrl_c_leaves_no_progress_drawn_after_released(tmp_path):
+    upload(tmp_path, "a.md", "# T\n\ntext\n", "--submit")
+    code, screen = run_in_terminal(
+        "work", "--loop", "--stage-delay", "1", interrupt_on="download", COLUMNS="80"
+    )
+    assert code == 0
     text = ANSI.sub("", screen)
-    assert "waiting for tasks since" in text and "stopped: 0 done" in text
+    after = text[text.index("released task") :]
+    assert "━" not in after and "download" not in after, after  # no stale bars below it
     assert_fits(screen, 80)
+
+
+def _file_cells(lines: list[str], ids: list[str]) -> list[str]:
+    """The file cell of each document's row, in the order of `ids`."""
+    return [line.split()[1] for i in ids for line in lines if line.lstrip().startswith(i[:8])]
+
+
+def test_status_columns_keep_their_widths_while_work_runs(tmp_path):
+    names = [f"big-manual-{part}-edition-2026.md" for part in ("one", "two")]
+    text = "# T\n\n" + "words and more words. " * 400
+    ids = [upload(tmp_path, name, text, "--submit")["document_id"] for name in names]
+    worker = start_kb("work", "--drain", "--stage-delay", "0.4")
+    try:
+        wait_until(
+            lambda: run_kb("status", ids[1], "--json").record["latest_task"]["status"] == "running",
+            timeout=60,
+        )
+        code, running = run_in_terminal("status", COLUMNS="80")
+    finally:
+        worker.communicate(timeout=120)
+    code_after, idle = run_in_terminal("status", COLUMNS="80")
+    assert code == code_after == 0
+    running_lines, idle_lines = assert_fits(running, 80), assert_fits(idle, 80)
+    assert any("running" in line for line in running_lines)
+    cells = _file_cells(running_lines, ids)
+    assert cells == _file_cells(idle_lines, ids)  # the same names, cut the same way
+    assert len(set(cells)) == 2  # and told apart
+    header = [line for line in running_lines if line.lstrip().startswith("id ")]
+    assert header == [line for line in idle_lines if line.lstrip().startswith("id ")]
+
+
+def test_task_tables_and_panels_name_the_file(tmp_path):
+    paths = []
+    for year in (2024, 2025, 2026):
+        path = tmp_path / LONG_NAME.replace("2026", str(year))
+        path.write_text(f"# T\n\n{year}\n")
+        paths.append(str(path))
+    code, screen = run_in_terminal("upload", *paths, "--submit", COLUMNS="80")
+    assert code == 0
+    lines = assert_fits(screen, 80)
+    assert any(line.startswith("3 tasks") for line in lines)
+    rows = [line for line in lines if "queued" in line]
+    assert len(rows) == 3 and all("Quarterly" in row for row in rows)
+    assert len({row.split("queued")[0].split(maxsplit=1)[1] for row in rows}) == 3
+    task = run_kb("status", "--json").records[0]["latest_task"]
+    code, screen = run_in_terminal("cancel", task["task_id"], COLUMNS="80")
+    lines = assert_fits(screen, 80)
+    assert code == 0 and any(line.lstrip("│ ").startswith("file") for line in lines)
+
+
+def test_errors_and_warnings_wrap_between_words(tmp_path):
+    code, screen = run_in_terminal("status", "--no-such-option", COLUMNS="80")
+    assert code == 2
+    message = run_kb("status", "--no-such-option", "--json").error["message"]
+    _assert_words_whole(screen, message)
+    note = tmp_path / LONG_NAME
+    note.write_text("words")
+    code, screen = run_in_terminal("upload", str(note), str(note), COLUMNS="80")
+    assert code == 0
+    assert "warning" in screen
+    _assert_words_whole(screen, LONG_NAME)
+
+
+def _assert_words_whole(screen: str, message: str) -> None:
+    lines = assert_fits(screen, 80)
+    assert len([line for line in lines if line.strip()]) > 1  # long enough to wrap
+    tokens = {token for line in lines for token in line.split()}
+    assert not [word for word in message.split() if word not in tokens], screen
 
 
 @pytest.mark.parametrize("columns", WIDTHS)
