@@ -7,7 +7,15 @@ import re
 import sys
 from typing import Any
 
-from kb_cli.console.core import emit, is_fancy, log, print_records, rich_console, visible
+from kb_cli.console.core import (
+    emit,
+    is_fancy,
+    log_wrapped,
+    print_records,
+    rich_console,
+    visible,
+    warn,
+)
 from kb_cli.records import SearchHit
 
 
@@ -40,13 +48,13 @@ def _snippet(hit: SearchHit) -> str:
 
 def print_search(result: Any, as_json: bool) -> None:
     for warning in result.warnings:
-        log(f"kb: warning: {warning}")
+        warn(warning)
     if result.hits and not as_json and is_fancy(sys.stdout):
         _print_hits_on_terminal(result.hits)
     else:
         print_records(result.hits, as_json)
     if not result.hits and not as_json and is_fancy(sys.stderr):
-        log(
+        log_wrapped(
             "no hits: search serves published revisions only; "
             "`kb status --status review_pending` lists what waits for `kb publish`"
         )
