@@ -26,7 +26,14 @@ def test_publishes_every_reviewed_document_and_nothing_else(invoke):
 
     published = ok(invoke("publish", "--all-reviewed", "--json"))
 
-    reviewed = {"handbook.pdf", "faq.txt", "ingestion-guide-zh.md", "release-notes.docx"}
+    reviewed = {
+        "handbook.pdf",
+        "faq.txt",
+        "ingestion-guide-zh.md",
+        "release-notes.docx",
+        "product-roadmap.pptx",
+        "regional-budget.xlsx",
+    }
     assert sorted(r["filename"] for r in published) == sorted(reviewed)
     assert {r["status"] for r in published} == {"published"}
     assert all(r["published_revision"] == 1 for r in published)
