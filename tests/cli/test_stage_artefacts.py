@@ -5,12 +5,16 @@ The embedding provider is a real HTTP server on loopback."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from kb_cli import artefacts, queries
+from kb_cli.config import WorkerOptions
+from kb_cli.worker.claim import Claimant, take
 from tests.docgen import make_pdf, paged_text
 from tests.helpers import db_rows
 from tests.loopback import JsonHandler, serving
@@ -187,3 +191,19 @@ def test_doctor_finds_and_repairs_a_stray_kept_parse(invoke, kb, tmp_path, provi
     assert _artefacts(done["document_id"]) == []
     assert len(_artefacts(keep["document_id"])) == 1  # still reusable, left alone
     assert invoke("doctor", "--json").record["ok"] is True
+
+
+def test_a_reclaim_after_a_lost_worker_starts_at_the_embedding_stage(
+    invoke, kb, tmp_path, provider
+):
+    task = _upload_pdf(invoke, tmp_path, "manual.pdf", "reclaimed")
+    _fail_at_embedding(invoke, provider, task, "--backoff-seconds", "0")
+    # A worker takes the task and dies before its first heartbeat.
+    dead = Claimant(kb, WorkerOptions(worker_id="dead", lease_seconds=0.2), threading.Event())
+    assert take(dead, task["task_id"]).claim is not None
+    time.sleep(0.4)
+    worked = invoke("work", "--json")
+    assert worked.record["task"]["status"] == "succeeded"
+    assert f"reclaimed task={task['task_id']} from=dead" in worked.stderr
+    assert f"reused parse task={task['task_id']}" in worked.stderr
+    assert "stage=parse" not in worked.stderr
