@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.docgen import VOCABULARY, make_docx, make_pdf, paged_text  # noqa: E402
-from tests.loopback import JsonHandler, serving  # noqa: E402
+from tests.loopback import FlakyEmbeddings, serving  # noqa: E402
 
 PY = sys.executable
 
@@ -1306,22 +1306,6 @@ def chunker_linearity(work: Path, sizes: Sizes) -> list[Row]:
 # --- 13. stage artefacts: a retry after the provider failed ---------------------------------
 
 
-class _FlakyProvider(JsonHandler):
-    """OpenAI-compatible embeddings on loopback: 503 while failures are left, then
-    tiny vectors at once, so that what the attempts cost is kb's own work."""
-
-    failures_left = 0
-
-    def do_POST(self) -> None:
-        texts = self.read_json()["input"]
-        if type(self).failures_left > 0:
-            type(self).failures_left -= 1
-            self.send_json(503, {"error": {"message": "overloaded"}})
-            return
-        data = [{"index": i, "embedding": [1.0, len(t) % 5 + 1.0]} for i, t in enumerate(texts)]
-        self.send_json(200, {"data": data, "model": "flaky"})
-
-
 def retry_reuse(work: Path, sizes: Sizes) -> list[Row]:
     """A big PDF whose embedding provider fails twice then recovers: the three `kb work`
     attempts with the parse kept between them, against the same attempts with the kept
@@ -1331,7 +1315,7 @@ def retry_reuse(work: Path, sizes: Sizes) -> list[Row]:
     pdf_path.write_bytes(make_pdf(paged_text(pages, words_per_page=250)))
     totals: dict[str, list[float]] = {"kept": [], "parsed every attempt": []}
     stored: list[tuple[int, int]] = []  # (kept parse, chunk text) bytes
-    with serving(_FlakyProvider) as port:
+    with serving(FlakyEmbeddings) as port:
         extra = {
             "KB_EMBEDDINGS": "openai",
             "KB_EMBEDDING_URL": f"http://127.0.0.1:{port}/v1",
@@ -1341,7 +1325,7 @@ def retry_reuse(work: Path, sizes: Sizes) -> list[Row]:
             for mode, runs in totals.items():
                 home = Path(tempfile.mkdtemp(dir=work)) / "home"
                 kb(home, "upload", str(pdf_path), "--submit", **extra)
-                _FlakyProvider.failures_left = 2
+                FlakyEmbeddings.failures_left = 2
                 seconds, kept_bytes, text_bytes = _three_attempts(home, mode == "kept", extra)
                 runs.append(seconds)
                 stored += [(kept_bytes, text_bytes)] if mode == "kept" else []

@@ -348,13 +348,11 @@ class Claim:
         def write() -> None:
             with self.kb.db.write() as conn:
                 self._write_progress(conn, Stage.EMBEDDING, 0, chunks)
-                event = audit_event(
+                event = audit_event(  # no state change: no from or to status
                     self.kb.actor.name,
                     "reuse_parse",
                     self.task.id,
-                    TaskStatus.RUNNING,
-                    TaskStatus.RUNNING,
-                    self.claimant.audit_detail(detail),
+                    detail=self.claimant.audit_detail(detail),
                     at=self.claimant.now(),
                 )
                 queries.insert_audit_events(conn, [event])
