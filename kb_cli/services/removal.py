@@ -5,8 +5,8 @@ task (if any) is cancelled there (a cancel always wins: the worker's next fenced
 is refused), search stops serving it, every command finds it no more, a tombstone keeps
 what `kb history` needs, and the delete is an audit event. Then its rows go in bounded
 batches (chunks, kept parses, tasks), then its stored object, then the row itself. A
-crash at any point leaves a `deleting` document, which `kb doctor --repair` finishes: never a chunk
-that search serves, never an object that no row names.
+crash at any point leaves a `deleting` document, which `kb doctor --repair` finishes:
+never a chunk that search serves, never an object that no row names.
 """
 
 from __future__ import annotations
