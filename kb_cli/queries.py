@@ -28,6 +28,7 @@ AUDIT, OUTBOX, USERS = "audit_events", "outbox_events", "users"
 BASES, TEAMS, USER_TEAMS = "bases", "teams", "user_teams"
 BASE_TEAMS, BASE_GRANTS = "base_teams", "base_grants"
 DELETED = "deleted_documents"
+ARTEFACTS = "parse_artefacts"
 # A document being deleted is gone for every command already (its rows go in batches).
 _NOT_DELETING = f"d.status <> '{DocStatus.DELETING}'"
 
@@ -732,6 +733,54 @@ def delete_chunks_except(conn: Connection, document_id: str, keep: set[int]) -> 
         sql += f" AND revision NOT IN ({', '.join(':' + name for name in names)})"
     params = {"id": document_id, **dict(zip(names, sorted(keep), strict=True))}
     return conn.execute(sql, params).rowcount
+
+
+# --- parse artefacts (kb_cli/artefacts.py) ---------------------------------------------
+
+
+def get_artefact(
+    conn: Connection, document_id: str, revision: int, sha256: str, parser_key: str
+) -> bytes | None:
+    """The stored parse of this revision, when it was made from these bytes by this
+    parser; None otherwise."""
+    sql = f"""SELECT payload FROM {ARTEFACTS} WHERE document_id = :document_id
+        AND revision = :revision AND sha256 = :sha256 AND parser_key = :parser_key"""
+    params = {
+        "document_id": document_id,
+        "revision": revision,
+        "sha256": sha256,
+        "parser_key": parser_key,
+    }
+    payload = conn.execute(sql, params).scalar()
+    return None if payload is None else bytes(payload)
+
+
+def put_artefact(conn: Connection, **values: Any) -> None:
+    """Store a revision's parse, in place of any earlier one (another parser's)."""
+    delete_artefacts(conn, values["document_id"], values["revision"])
+    _insert(conn, ARTEFACTS, values)
+
+
+def delete_artefacts(conn: Connection, document_id: str, revision: int | None = None) -> int:
+    """The parse artefacts of one revision, or of every revision, of a document."""
+    sql = f"DELETE FROM {ARTEFACTS} WHERE document_id = :id"
+    params: dict[str, Any] = {"id": document_id}
+    if revision is not None:
+        sql += " AND revision = :revision"
+        params["revision"] = revision
+    return conn.execute(sql, params).rowcount
+
+
+def artefact_owners(conn: Connection, document_id: str | None = None) -> list[Row]:
+    """Each parse artefact (without its payload) with what decides whether it may still
+    be needed: its document's status, current revision, sha256 and rejected revision."""
+    sql = f"""SELECT a.document_id, a.revision, a.sha256, a.chunks, d.id AS found,
+            d.status AS document_status, d.revision AS document_revision,
+            d.sha256 AS document_sha256, d.rejected_revision, d.object_key
+        FROM {ARTEFACTS} AS a LEFT JOIN {DOCUMENTS} AS d ON d.id = a.document_id"""
+    if document_id is None:
+        return conn.execute(sql).all()
+    return conn.execute(sql + " WHERE a.document_id = :id", {"id": document_id}).all()
 
 
 # --- search --------------------------------------------------------------------------

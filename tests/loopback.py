@@ -36,3 +36,19 @@ def serving(handler: type[JsonHandler]) -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class FlakyEmbeddings(JsonHandler):
+    """OpenAI-compatible /v1/embeddings that answers 503 while `failures_left` is above
+    zero, then tiny vectors at once (so that a caller's time is its own work)."""
+
+    failures_left = 0
+
+    def do_POST(self) -> None:
+        texts = self.read_json()["input"]
+        if type(self).failures_left > 0:
+            type(self).failures_left -= 1
+            self.send_json(503, {"error": {"message": "overloaded, try later"}})
+            return
+        data = [{"index": i, "embedding": [1.0, len(t) % 5 + 1.0]} for i, t in enumerate(texts)]
+        self.send_json(200, {"data": data, "model": "flaky"})

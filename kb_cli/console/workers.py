@@ -67,6 +67,10 @@ class PlainWorkerLog:
             log(f"stage={stage} {done}/{total}")
             self._last, self._last_at = (stage, done, total), now
 
+    def reused(self, task_id: str, revision: int, chunks: int) -> None:
+        log(f"reused parse task={task_id} revision={revision} chunks={chunks}")
+        self._last = None
+
     def finished(self, task: TaskRecord) -> None:
         line = f"finished task={task.task_id} status={task.status} attempt={task.attempt}"
         if task.error_code:
@@ -161,6 +165,12 @@ class LiveWorkerDisplay(PlainWorkerLog):
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
         if self.live:
             self.live.update(stage, done, total)
+
+    def reused(self, task_id: str, revision: int, chunks: int) -> None:
+        self._after(
+            f"[cyan]reused[/cyan] the parse of revision {revision} ({chunks} chunks): "
+            "no download or parse this attempt"
+        )
 
     def finished(self, task: TaskRecord) -> None:
         if not self.live:

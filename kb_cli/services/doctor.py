@@ -16,6 +16,7 @@ from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import RepairRefused
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
+from kb_cli.records import Row
 from kb_cli.services import removal
 from kb_cli.transitions import requeue_task
 
@@ -60,6 +61,7 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
             *_unfinished_deletes(conn),
             *_status_pairs(conn),
             *_stray_chunks(conn),
+            *_stray_artefacts(conn),
             *_expired_leases(conn, now),
             *_base_access(conn),
         ]
@@ -164,6 +166,48 @@ def _stray_chunks(conn: Connection) -> list[Problem]:
     return problems
 
 
+# A revision not yet processed: only its parse may be reused (kb_cli/artefacts.py).
+_UNPROCESSED = (DocStatus.DRAFT, DocStatus.PROCESSING, DocStatus.FAILED)
+
+
+def _stray_artefacts(conn: Connection) -> list[Problem]:
+    problems = []
+    for row in _stray_artefact_rows(conn):
+        why = "its document is gone"
+        if row.found is not None:
+            why = f"the document is {row.document_status} at revision {row.document_revision}"
+        problems.append(
+            Problem(
+                "stray_artefact",
+                row.document_id,
+                f"the kept parse of revision {row.revision} ({row.chunks} chunks) can no "
+                f"longer be reused: {why}",
+                row.found,
+                row.object_key,
+            )
+        )
+    return problems
+
+
+def _stray_artefact_rows(conn: Connection, document_id: str | None = None) -> list[Row]:
+    """A kept parse may exist only for its document's current, unprocessed revision and
+    file (one not rejected): a later attempt may still reuse it. Any other (its document
+    deleted, its revision processed, published or superseded) is stray. A document being
+    deleted is an unfinished delete instead."""
+    return [
+        row
+        for row in queries.artefact_owners(conn, document_id)
+        if row.document_status != DocStatus.DELETING
+        and not (
+            row.found is not None
+            and row.document_status in _UNPROCESSED
+            and row.revision == row.document_revision
+            and row.sha256 == row.document_sha256
+            and row.revision != row.rejected_revision
+        )
+    ]
+
+
 def _expired_leases(conn: Connection, now: str) -> list[Problem]:
     return [
         Problem(
@@ -254,6 +298,8 @@ def _repair(kb: Kb, problem: Problem) -> bool:
         return True
     if problem.kind == "stray_chunks":
         return _delete_stray_chunks(kb, problem.id)
+    if problem.kind == "stray_artefact":
+        return _delete_stray_artefacts(kb, problem.id)
     if problem.kind == "expired_lease":
         return _requeue_abandoned(kb, problem.id)
     if problem.kind == "unfinished_delete":
@@ -278,6 +324,14 @@ def _delete_stray_chunks(kb: Kb, document_id: str) -> bool:
                 ):
                     keep.add(task.revision)
             queries.delete_chunks_except(conn, document_id, keep)
+    return True
+
+
+def _delete_stray_artefacts(kb: Kb, document_id: str) -> bool:
+    """Checked again inside the write: a parse kept meanwhile by a new attempt stays."""
+    with kb.db.write() as conn:
+        for row in _stray_artefact_rows(conn, document_id):
+            queries.delete_artefacts(conn, document_id, row.revision)
     return True
 
 

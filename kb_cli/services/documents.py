@@ -132,6 +132,7 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
                 object_key=obj.key,
                 revision=document.revision + 1,
             )
+            queries.delete_artefacts(conn, document_id)  # parses of the superseded file
             record = document_record(conn, document_id)
     except BaseException:
         kb.store.delete(obj.key)

@@ -4,9 +4,9 @@ A delete first marks the document `deleting` in one short transaction: its runni
 task (if any) is cancelled there (a cancel always wins: the worker's next fenced write
 is refused), search stops serving it, every command finds it no more, a tombstone keeps
 what `kb history` needs, and the delete is an audit event. Then its rows go in bounded
-batches (chunks, tasks), then its stored object, then the row itself. A crash at any
-point leaves a `deleting` document, which `kb doctor --repair` finishes: never a chunk
-that search serves, never an object that no row names.
+batches (chunks, kept parses, tasks), then its stored object, then the row itself. A
+crash at any point leaves a `deleting` document, which `kb doctor --repair` finishes:
+never a chunk that search serves, never an object that no row names.
 """
 
 from __future__ import annotations
@@ -152,6 +152,12 @@ def remove_tasks(kb: Kb, document_id: str) -> None:
         queries.delete_document_tasks(conn, document_id)
 
 
+def remove_artefacts(kb: Kb, document_id: str) -> None:
+    """The kept parses of its revisions (one small row per revision)."""
+    with kb.db.write() as conn:
+        queries.delete_artefacts(conn, document_id)
+
+
 def remove_object(kb: Kb, document_id: str) -> None:
     """Before the row, so that no object is ever left that no row names."""
     with kb.db.read() as conn:
@@ -166,7 +172,7 @@ def remove_row(kb: Kb, document_id: str) -> None:
 
 
 # The order of a delete after `begin`; a crash between two steps is finished by `finish`.
-STEPS = (remove_chunks, remove_tasks, remove_object, remove_row)
+STEPS = (remove_chunks, remove_artefacts, remove_tasks, remove_object, remove_row)
 
 
 def unfinished(conn: Connection) -> list[Row]:

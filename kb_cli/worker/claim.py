@@ -25,7 +25,7 @@ from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
 from kb_cli.lifecycle import DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.records import Row
-from kb_cli.transitions import FRESH_RUN, move_document, move_task, requeue_task
+from kb_cli.transitions import FRESH_RUN, audit_event, move_document, move_task, requeue_task
 from kb_cli.worker.retry import RetryPolicy
 
 BUSY_BACKOFF_CAP_SECONDS = 2.0
@@ -303,6 +303,63 @@ class Claim:
             task = self.task
             return queries.delete_revision_chunks(conn, task.document_id, task.revision, self.batch)
 
+    # --- the parse artefact (kb_cli/artefacts.py) --------------------------------------
+
+    def saved_parse(self, parser_key: str) -> bytes | None:
+        """The parse an earlier attempt (or run) kept of this revision's bytes."""
+        if self.document is None:
+            return None
+        with self.kb.db.read() as conn:
+            return queries.get_artefact(
+                conn, self.task.document_id, self.task.revision, self.document.sha256, parser_key
+            )
+
+    def save_parse(self, parser_key: str, payload: bytes, chunks: int) -> None:
+        """Keep this attempt's parse for the next one, in its own transaction, fenced on
+        the claim like every other write."""
+        assert self.document is not None  # a parse needs the document
+        sha256 = self.document.sha256
+
+        def write() -> None:
+            with self.kb.db.write() as conn:
+                self._write_progress(conn, *self.position)
+                queries.put_artefact(
+                    conn,
+                    document_id=self.task.document_id,
+                    revision=self.task.revision,
+                    sha256=sha256,
+                    parser_key=parser_key,
+                    chunks=chunks,
+                    payload=payload,
+                    task_id=self.task.id,
+                    created_at=self.claimant.now(),
+                )
+
+        self._retrying(write)
+
+    def note_reuse(self, chunks: int) -> None:
+        """Say, in the task's history, that this attempt starts at the embedding stage
+        with a kept parse, and write that stage now."""
+        detail = (
+            f"parse of revision {self.task.revision} reused: {chunks} chunks; "
+            "no download or parse this attempt"
+        )
+
+        def write() -> None:
+            with self.kb.db.write() as conn:
+                self._write_progress(conn, Stage.EMBEDDING, 0, chunks)
+                event = audit_event(  # no state change: no from or to status
+                    self.kb.actor.name,
+                    "reuse_parse",
+                    self.task.id,
+                    detail=self.claimant.audit_detail(detail),
+                    at=self.claimant.now(),
+                )
+                queries.insert_audit_events(conn, [event])
+
+        self.position = (Stage.EMBEDDING, 0, chunks)
+        self._retrying(write)
+
     # --- endings ---------------------------------------------------------------------
 
     def complete(self, rows: list[dict[str, Any]]) -> Row:
@@ -324,6 +381,8 @@ class Claim:
                 if finished is None:
                     raise ClaimLost()
                 queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
+                # The chunks are the result now; nothing retries a succeeded task.
+                queries.delete_artefacts(conn, task.document_id, task.revision)
                 self.claimant.move_document(conn, task, DocStatus.REVIEW_PENDING, "complete")
             return finished
 

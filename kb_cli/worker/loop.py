@@ -39,6 +39,7 @@ class WorkerListener(Protocol):
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None: ...
     def missed(self, task_id: str | None) -> None: ...
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None: ...
+    def reused(self, task_id: str, revision: int, chunks: int) -> None: ...
     def finished(self, task: TaskRecord) -> None: ...
     def released(self, task_id: str) -> None: ...
     def lost(self, task_id: str) -> None: ...
@@ -53,6 +54,9 @@ class SilentListener:
         pass
 
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
+        pass
+
+    def reused(self, task_id: str, revision: int, chunks: int) -> None:
         pass
 
     def finished(self, task: TaskRecord) -> None:
@@ -211,6 +215,12 @@ class Attempt:
         if self.stage_delay > 0:
             self.stop.wait(self.stage_delay)
         self.checkpoint()
+
+    def reused(self, chunks: int) -> None:
+        self.checkpoint()
+        self.claim.note_reuse(chunks)
+        task = self.claim.task
+        self.listener.reused(task.id, task.revision, chunks)
 
     def checkpoint(self) -> None:
         if self.claim.lost.is_set():

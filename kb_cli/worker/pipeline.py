@@ -1,8 +1,10 @@
 """The stages of one task: download, parse, embedding, indexing.
 
-The pipeline reports progress and raises; it never writes task state. Chunk rows go
-to a `ChunkSink` (the claim, which fences each write), and every failure is raised
-as a TaskFailure carrying the task's error code, or as a WorkerInterrupt.
+The pipeline reports progress and raises; it never writes task state. Chunk rows and
+the parse artefact go to a `ChunkSink` (the claim, which fences each write), and every
+failure is raised as a TaskFailure carrying the task's error code, or as a
+WorkerInterrupt. An attempt whose revision was parsed before (kb_cli/artefacts.py)
+starts at the embedding stage.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
+from kb_cli import artefacts
 from kb_cli.app import Kb
 from kb_cli.chunking import ChunkText, chunk_blocks, contextual_text, with_context
 from kb_cli.embeddings import to_blob
@@ -41,12 +44,17 @@ class Reporter(Protocol):
     def checkpoint(self) -> None:
         """A safe point: raises WorkerInterrupt when the attempt must stop."""
 
+    def reused(self, chunks: int) -> None:
+        """The attempt starts at the embedding stage with a kept parse: say so."""
+
 
 class ChunkSink(Protocol):
     batch: int
 
     def purge_chunks(self) -> None: ...
     def store_chunks(self, rows: list[dict[str, Any]], done: int, total: int) -> None: ...
+    def saved_parse(self, parser_key: str) -> bytes | None: ...
+    def save_parse(self, parser_key: str, payload: bytes, chunks: int) -> None: ...
 
 
 def describe_error(error: BaseException) -> str:
@@ -95,9 +103,23 @@ class Pipeline:
             raise TaskFailure(
                 ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
             )
-        path = self.download(document)
-        chunks = with_context(self.parse(path, document.content_type), document.filename)
+        parser_key = artefacts.parser_key(document.content_type)
+        chunks = self.reuse(parser_key)
+        if chunks is None:
+            chunks = self.parse(self.download(document), document.content_type)
+            self.sink.save_parse(parser_key, artefacts.encode(chunks), len(chunks))
+        chunks = with_context(chunks, document.filename)
         return self.index(chunks, self.embed(chunks))
+
+    def reuse(self, parser_key: str) -> list[ChunkText] | None:
+        """The chunks an earlier attempt parsed from the same bytes with the same
+        parser; None when there are none (then this attempt downloads and parses)."""
+        payload = self.sink.saved_parse(parser_key)
+        if payload is None:
+            return None
+        chunks = artefacts.decode(payload)
+        self.reporter.reused(len(chunks))
+        return chunks
 
     def report(self, stage: Stage, done: int, total: int) -> None:
         self.reporter.report(stage, done, total)

@@ -108,6 +108,19 @@ def test_a_flate_bomb_pdf_is_too_large_with_bounded_memory(tmp_path, backend):
     assert peak < 256 + 300  # the limit, plus the worker itself
 
 
+@pytest.mark.slow
+def test_a_1_gib_flate_bomb_stops_well_under_512_mib_with_the_default_limits(tmp_path):
+    """pdfium inflates a content stream whole, so only the memory limit stops it: at the
+    old default (2 GiB) this file peaked at about 1,060 MiB (docs/limits.md)."""
+    bomb = tmp_path / "bomb.pdf"
+    bomb.write_bytes(flate_bomb_pdf(1 << 30))  # 1 GiB inflated, about 1 MB on disk
+    task, peak = work_measured(tmp_path, bomb, KB_PDF_BACKEND="pdfium")
+    assert (task["status"], task["error_code"]) == ("failed", "document_too_large"), task
+    assert "KB_PARSE_MAX_MEMORY_MB" in task["error_detail"]
+    print(f"1 GiB flate bomb, pdfium, default limits: peak RSS {peak} MiB")
+    assert peak < 400
+
+
 def test_a_many_paragraph_docx_is_stopped_by_its_inflated_size(tmp_path):
     path = tmp_path / "paragraphs.docx"
     path.write_bytes(many_paragraph_docx(300_000))

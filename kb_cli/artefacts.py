@@ -1,0 +1,52 @@
+"""Stage artefacts: a revision's parse result, kept in the database between attempts.
+
+The chunks a parse made (before the document's title is added as their context) are
+stored as zlib-compressed JSON, keyed by the document revision, the object's sha256
+and the parser key: the parser version and everything else that shapes the chunks
+(content type, PDF backend, chunk sizes). A retry, an automatic retry after a
+transient error, or a reclaim whose key matches starts at the embedding stage; a
+replaced file or an upgraded parser simply finds no match and parses again.
+
+An artefact lives from the parse until its task succeeds: the completion removes it in
+the transaction that makes the chunks the task's result, because nothing can retry a
+succeeded task (a reviewer's reject or a new file means a new run). Replacing the file
+and deleting the document remove it too; `kb doctor` reports any other as stray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+
+from kb_cli.chunking import OVERLAP_CHARS, TARGET_CHARS, ChunkText
+from kb_cli.parsers import PARSER_VERSION
+
+_PDF = "application/pdf"
+
+
+def parser_key(content_type: str) -> str:
+    """What besides the file's bytes decides its chunks, as one comparable string."""
+    key = f"v{PARSER_VERSION};{content_type};chunks={TARGET_CHARS}/{OVERLAP_CHARS}"
+    if content_type == _PDF:
+        from kb_cli.parsers.pdf import pdfium_available
+
+        backend = os.environ.get("KB_PDF_BACKEND", "auto")
+        if backend == "auto":
+            backend = "auto-pdfium" if pdfium_available() else "auto-pypdf"
+        key += f";pdf={backend}"
+    return key
+
+
+def encode(chunks: list[ChunkText]) -> bytes:
+    rows = [[chunk.text, chunk.page, chunk.heading, list(chunk.parents)] for chunk in chunks]
+    text = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+    return zlib.compress(text.encode(), 6)
+
+
+def decode(payload: bytes) -> list[ChunkText]:
+    rows = json.loads(zlib.decompress(payload))
+    return [
+        ChunkText(index, text, page, heading, tuple(parents))
+        for index, (text, page, heading, parents) in enumerate(rows)
+    ]
