@@ -167,10 +167,14 @@ class LiveWorkerDisplay(PlainWorkerLog):
             self.live.update(stage, done, total)
 
     def reused(self, task_id: str, revision: int, chunks: int) -> None:
-        self._after(
+        message = (
             f"[cyan]reused[/cyan] the parse of revision {revision} ({chunks} chunks): "
             "no download or parse this attempt"
         )
+        if self.live:  # a line above the bars, which go on drawing
+            self.live.print(message)
+        else:
+            self.console.print(message)
 
     def finished(self, task: TaskRecord) -> None:
         if not self.live:

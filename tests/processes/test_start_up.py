@@ -26,12 +26,9 @@ def test_help_and_status_import_no_model(args):
     code = (
         f"import sys\nfrom kb_cli.cli import main\nPARSERS = {NEW_PARSERS!r}\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy', 'lxml',
-"
-        "         'kb_cli.artefacts'}
-"
-        "heavy |= {f'kb_cli.parsers.{name}' for name in PARSERS}
-"
+        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy', 'lxml',\n"
+        "         'kb_cli.artefacts'}\n"
+        "heavy |= {f'kb_cli.parsers.{name}' for name in PARSERS}\n"
         "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
     )
     done = subprocess.run(
