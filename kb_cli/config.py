@@ -51,7 +51,10 @@ class WorkerOptions:
     backoff_seconds: float = 5.0
     # Progress is written at most this often, so a 500-page PDF is not 500 commits.
     progress_interval: float = 0.25
-    poll_seconds: float = 1.0
+    # An idle --loop worker is woken by the commit that queues a task (LISTEN/NOTIFY
+    # on PostgreSQL, PRAGMA data_version on SQLite); this poll only covers a lost
+    # wake-up.
+    poll_seconds: float = 5.0
 
 
 WORKER_DEFAULTS = WorkerOptions()

@@ -175,6 +175,12 @@ class Database:
         with contextlib.suppress(Exception):  # a dead connection may fail to close
             raw.close()
 
+    def watch(self, channel: str) -> engines.Watch:
+        """A Watch of `channel` (engines.TASKS_CHANNEL, EVENTS_CHANNEL) on a connection
+        of its own; the caller closes it."""
+        with self._translate_errors():
+            return self.engine.watch(self.url, self.busy_timeout_seconds, channel)
+
     def release_space(self) -> None:
         """After a write failed for lack of space, give back what the failed write took
         (SQLite's write-ahead log), so that a small write, such as recording the

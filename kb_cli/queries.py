@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from kb_cli.db import Connection
-from kb_cli.engines import escape_like
+from kb_cli.engines import EVENTS_CHANNEL, escape_like
 from kb_cli.errors import NotFoundError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
 from kb_cli.permissions import Scope
@@ -207,14 +207,27 @@ def insert_user(conn: Connection, **values: Any) -> None:
     _insert(conn, USERS, values)
 
 
-def insert_outbox_event(
-    conn: Connection, topic: str, entity_id: str, payload: dict, at: str
+def insert_event(
+    conn: Connection, kind: str, document_id: str, task_id: str | None, data: dict, at: str
 ) -> None:
-    _insert(
-        conn,
-        OUTBOX,
-        {"topic": topic, "entity_id": entity_id, "payload": json.dumps(payload), "created_at": at},
+    """A lifecycle event of the document (and task), with the document's base, in the
+    caller's transaction; its watchers are woken at commit. Its id orders it after
+    every earlier event of the same document: the row locks of the change it records
+    are already held."""
+    conn.execute(
+        f"INSERT INTO {OUTBOX} (topic, entity_id, document_id, task_id, base, payload, "
+        "created_at) SELECT :topic, :entity_id, d.id, :task_id, d.base, :payload, :at "
+        f"FROM {DOCUMENTS} AS d WHERE d.id = :document_id",
+        {
+            "topic": kind,
+            "entity_id": task_id or document_id,
+            "document_id": document_id,
+            "task_id": task_id,
+            "payload": json.dumps(data),
+            "at": at,
+        },
     )
+    wake(conn, EVENTS_CHANNEL)
 
 
 _AUDIT_COLUMNS = ("at", "actor", "action", "entity_id", "from_status", "to_status", "detail")
@@ -614,6 +627,28 @@ def next_claimable_task(conn: Connection, now: str) -> Row | None:
     """The oldest claimable task; on PostgreSQL its row stays locked until commit, and
     rows other claimers hold are skipped."""
     return conn.execute(_NEXT_CLAIMABLE + conn.engine.SKIP_LOCKED, {"now": now}).first()
+
+
+def has_claimable_task(conn: Connection, now: str) -> bool:
+    """Whether some task is claimable now; locks nothing."""
+    return conn.execute(_CLAIMABLE + " LIMIT 1", {"now": now}).first() is not None
+
+
+def next_due(conn: Connection) -> str | None:
+    """When a task that is not claimable now may become claimable by itself: the
+    earliest retry time or lease expiry (a stamp), or None when none is pending."""
+    return conn.execute(
+        f"""SELECT min(due) FROM (
+            SELECT min(retry_at) AS due FROM {TASKS} WHERE status = '{TaskStatus.RETRY_WAIT}'
+            UNION ALL
+            SELECT min(lease_expires_at) FROM {TASKS} WHERE status = '{TaskStatus.RUNNING}'
+        ) AS pending"""
+    ).scalar()
+
+
+def wake(conn: Connection, channel: str) -> None:
+    """Wake the processes watching `channel` when this transaction commits."""
+    conn.engine.notify(conn.raw, channel)
 
 
 def claimable_task(conn: Connection, task_id: str, now: str) -> Row | None:

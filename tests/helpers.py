@@ -45,6 +45,8 @@ STRIPPED = (
     "KB_EMBEDDING_BATCH",
     "KB_EMBEDDING_TIMEOUT",
     "KB_VECTOR_FLOOR",
+    "KB_POLL_SECONDS",
+    "KB_RELAY_SECRET",
 )
 
 # Set by .ci/run for the second pass of the suite: every test then gets a database of

@@ -22,6 +22,7 @@ REVISIONS = (
     "0006_bases",
     "0007_chunk_context",
     "0008_lifecycle",
+    "0010_events",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"
