@@ -812,3 +812,48 @@ def set_embeddings(conn: Connection, rows: list[dict]) -> None:
         " embedding_dim = :embedding_dim WHERE id = :id",
         rows,
     )
+
+
+# --- lifecycle events ----------------------------------------------------------------
+
+
+_EVENT_COLUMNS = "e.id, e.topic, e.document_id, e.task_id, e.base, e.created_at, e.payload"
+
+
+def events_after(
+    conn: Connection, scope: Scope, after: int, also: Sequence[int], limit: int
+) -> list[Row]:
+    """Events with an id above `after` (and those in `also`), oldest first, each with
+    `readable`: whether its base is in `scope`. Unreadable ones are returned too (never
+    shown), so that a reader can tell an id it may not see from one not committed yet."""
+    where, params = scope_filter(scope, "e.base")
+    readable = f"CASE WHEN {where} THEN 1 ELSE 0 END" if where else "1"
+    wanted = "e.id > :after"
+    if also:
+        wanted = f"({wanted} OR e.id IN ({', '.join(str(int(i)) for i in also)}))"
+    return conn.execute(
+        f"SELECT {_EVENT_COLUMNS}, {readable} AS readable FROM {OUTBOX} AS e "
+        f"WHERE {wanted} ORDER BY e.id LIMIT :limit",
+        {**params, "after": after, "limit": limit},
+    ).all()
+
+
+def undelivered_events(conn: Connection, limit: int) -> list[Row]:
+    """The oldest events no webhook has acknowledged, of every base."""
+    return conn.execute(
+        f"SELECT {_EVENT_COLUMNS}, e.attempts FROM {OUTBOX} AS e "
+        "WHERE e.dispatched_at IS NULL ORDER BY e.id LIMIT :limit",
+        {"limit": limit},
+    ).all()
+
+
+def mark_delivered(conn: Connection, event_id: int, at: str) -> None:
+    conn.execute(
+        f"UPDATE {OUTBOX} SET dispatched_at = :at, attempts = attempts + 1 "
+        "WHERE id = :id AND dispatched_at IS NULL",
+        {"id": event_id, "at": at},
+    )
+
+
+def count_delivery_attempt(conn: Connection, event_id: int) -> None:
+    conn.execute(f"UPDATE {OUTBOX} SET attempts = attempts + 1 WHERE id = :id", {"id": event_id})
