@@ -265,6 +265,18 @@ def db_rows(query: str, **params) -> list[dict]:
         engine.dispose()
 
 
+def db_execute(statement: str, **params) -> None:
+    """A change made behind kb's back (no notification, no event), committed."""
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(statement), params)
+    finally:
+        engine.dispose()
+
+
 @contextlib.contextmanager
 def write_lock_held(task_id: str) -> Iterator[None]:
     """Hold the lock a writer of this task would need, from another connection."""
