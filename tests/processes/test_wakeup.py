@@ -1,4 +1,5 @@
-"""An idle `kb work --loop` is woken by the commit that queues a task, not by its poll.
+"""An idle `kb work --loop` (and `kb events --follow`) is woken by the commit that
+queues a task (writes an event), not by its poll.
 
 The fallback poll is set to 30 s here, so a claim within a few seconds can only come
 from the wake-up (LISTEN/NOTIFY on PostgreSQL, PRAGMA data_version on SQLite). No
@@ -6,8 +7,10 @@ timing asserts beyond that: the measured latency is in benchmarks/ (case 13)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -131,3 +134,34 @@ def test_a_retry_wait_task_is_claimed_at_its_retry_time_not_at_the_poll(tmp_path
         id=task["task_id"],
     )
     assert claim["at"] >= stamp  # not before its time
+
+
+def lines_of(stream) -> list[str]:
+    """The lines a stream has printed so far, read by a thread as they come."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in stream:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_events_follow_prints_each_new_event_until_stopped(tmp_path, signum):
+    first = upload(tmp_path, "f.txt")
+    kb_json("submit", first["document_id"])
+    follower = start_kb("events", "--follow", "--json")
+    printed = lines_of(follower.stdout)
+    wait_until(lambda: len(printed) == 1, timeout=10)
+    second = upload(tmp_path, "g.txt")
+    [task] = kb_json("submit", second["document_id"])
+    wait_until(lambda: len(printed) == 2, timeout=10)
+    kb_json("cancel", task["task_id"])
+    wait_until(lambda: len(printed) == 3, timeout=10)
+    follower.send_signal(signum)
+    assert follower.wait(timeout=10) == 0
+    events = [json.loads(line) for line in printed]
+    assert [e["type"] for e in events] == ["task.queued", "task.queued", "task.cancelled"]
+    assert events[1]["task_id"] == events[2]["task_id"] == task["task_id"]
