@@ -38,6 +38,9 @@ class Settings:
     # How much the meaning ranking counts in hybrid search, for every query; None: the
     # embedding provider's own measured weights (kb_cli/embeddings).
     vector_weight: float | None = None
+    # Whether waiting processes (an idle `kb work --loop`, `kb events --follow`, `kb
+    # relay`) are woken by commits; KB_WAKE=poll makes them poll only.
+    wake: bool = True
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,15 @@ def resolve_settings(
         chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
         rerank=_rerank_settings(),
         vector_weight=_optional_number("KB_VECTOR_WEIGHT"),
+        wake=_wake(),
     )
+
+
+def _wake() -> bool:
+    mode = os.environ.get("KB_WAKE") or "commit"
+    if mode not in ("commit", "poll"):
+        raise UsageError(f"KB_WAKE must be commit or poll; got {mode!r}")
+    return mode == "commit"
 
 
 def _parse_limits() -> ParseLimits:

@@ -40,6 +40,18 @@ class Watch(Protocol):
     def close(self) -> None: ...
 
 
+class PollOnly:
+    """A Watch that is never woken: each wait lasts its whole time (KB_WAKE=poll, for
+    a connection pooler in transaction mode, which cannot keep a LISTEN)."""
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        stop.wait(seconds)
+        return False
+
+    def close(self) -> None:
+        pass
+
+
 class Engine(Protocol):
     """One database engine. `raw` is the driver's own connection (sqlite3, psycopg)."""
 

@@ -158,9 +158,7 @@ def test_relay_killed_mid_stream_loses_nothing_and_reorders_nothing(tmp_path):
             proc.wait(timeout=10)
             proc.communicate()
         proc = relay(port)
-        wait_until(
-            lambda: {*receiver.ids()} >= {e["event_id"] for e in written}, timeout=60
-        )
+        wait_until(lambda: {*receiver.ids()} >= {e["event_id"] for e in written}, timeout=60)
         proc.send_signal(signal.SIGTERM)
         assert finish(proc, timeout=15).code == 0
     received = [event for event, _, _ in receiver.accepted]

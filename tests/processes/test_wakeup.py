@@ -21,7 +21,9 @@ from tests.helpers import (
     db_execute,
     db_rows,
     finish,
+    kb_env,
     kb_json,
+    run_kb,
     start_kb,
     wait_until,
 )
@@ -29,9 +31,9 @@ from tests.helpers import (
 LONG_POLL = "30"
 
 
-def idle_worker(*extra: str) -> subprocess.Popen:
+def idle_worker(*extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A looping worker that has looked once, found nothing, and is now waiting."""
-    proc = start_kb("work", "--loop", "--json", "--worker-id", "idle", *extra)
+    proc = start_kb("work", "--loop", "--json", "--worker-id", "idle", *extra, env=env)
     assert proc.stderr is not None
     line = proc.stderr.readline()
     assert "no claimable task" in line, line
@@ -92,10 +94,25 @@ def test_a_task_queued_without_a_wake_up_is_found_by_the_fallback_poll(tmp_path)
     db_execute("UPDATE ingestion_tasks SET status = 'cancelled' WHERE id = :id", id=task["task_id"])
     worker = idle_worker("--poll-seconds", "0.5")
     try:
-        db_execute("UPDATE ingestion_tasks SET status = 'queued' WHERE id = :id", id=task["task_id"])
+        db_execute(
+            "UPDATE ingestion_tasks SET status = 'queued' WHERE id = :id", id=task["task_id"]
+        )
         wait_until(lambda: task_status(task["task_id"]) == "succeeded", timeout=15)
     finally:
         stop_at_once(worker)
+
+
+def test_with_wake_ups_off_an_idle_worker_polls(tmp_path):
+    """KB_WAKE=poll (for a connection pooler that cannot keep a LISTEN)."""
+    document = upload(tmp_path, "p.txt")
+    worker = idle_worker("--poll-seconds", "0.5", env=kb_env(KB_WAKE="poll"))
+    try:
+        [task] = kb_json("submit", document["document_id"])
+        wait_until(lambda: task_status(task["task_id"]) == "succeeded", timeout=15)
+    finally:
+        stop_at_once(worker)
+    refused = run_kb("work", "--loop", "--json", env=kb_env(KB_WAKE="sometimes"))
+    assert refused.code == 2 and "KB_WAKE must be commit or poll" in refused.stderr
 
 
 @pytest.mark.skipif(not ON_POSTGRES, reason="the listener's connection is PostgreSQL's")
