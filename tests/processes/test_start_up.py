@@ -22,7 +22,8 @@ def test_help_and_status_import_no_model(args):
     code = (
         "import sys\nfrom kb_cli.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy'}\n"
+        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy',\n"
+        "         'kb_cli.services.relay', 'kb_cli.services.events'}\n"
         "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
     )
     done = subprocess.run(
