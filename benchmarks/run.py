@@ -1378,6 +1378,254 @@ def _three_attempts(home: Path, keep: bool, extra: dict[str, str]) -> tuple[floa
     return total, kept_bytes, text_bytes
 
 
+# --- 14. waking idle workers ----------------------------------------------------------------
+
+
+# One idle `kb work --loop` (a process of its own); each task submitted here, in this
+# process, after a random pause; the latency is from the submit's commit to the claim
+# (the claim's audit time: same clock). Runs with whatever kb_cli PYTHONPATH gives, so
+# KB_BENCH_BEFORE=DIR measures another checkout (main) the same way.
+WAKE_LATENCY = """
+import json, os, random, subprocess, sys, tempfile, time
+from datetime import datetime, timezone
+from pathlib import Path
+from kb_cli.app import Kb
+from kb_cli.config import resolve_settings
+from kb_cli.services.documents import submit_document, upload_files
+home, url, count, poll = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+kb = Kb.open(resolve_settings(home, url, None), actor="bench")
+worker = subprocess.Popen(
+    [sys.executable, "-m", "kb_cli", "work", "--loop", "--worker-id", "idle",
+     "--poll-seconds", poll],
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+)
+time.sleep(2.0)
+folder = Path(tempfile.mkdtemp())
+latencies = []
+for i in range(count):
+    path = folder / f"w{i}.txt"
+    path.write_text(f"wake {i}")
+    [document] = upload_files(kb, [path])
+    time.sleep(random.uniform(0.05, 0.6))
+    task = submit_document(kb, document.document_id)
+    committed = time.time()
+    while True:
+        with kb.db.read() as conn:
+            claim = conn.execute(
+                "SELECT at FROM audit_events WHERE entity_id = :id AND action = 'claim'",
+                {"id": task.task_id},
+            ).scalar()
+            status = conn.execute(
+                "SELECT status FROM ingestion_tasks WHERE id = :id", {"id": task.task_id}
+            ).scalar()
+        if claim and status == "succeeded":
+            break
+        time.sleep(0.02)
+    at = datetime.strptime(claim, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    latencies.append(max(0.0, at.timestamp() - committed))
+worker.terminate()
+worker.wait()
+print(json.dumps(latencies))
+"""
+
+# One idle worker in this process for a while, every statement and transaction it
+# runs counted (and SQLite's data_version looks, where the tree has them).
+IDLE_QUERIES = """
+import json, sys, threading, time
+from kb_cli import db
+from kb_cli.app import Kb
+from kb_cli.config import resolve_settings
+from kb_cli.worker import Worker, WorkerOptions
+home, url, seconds, poll = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+counts = {"statements": 0, "transactions": 0, "looks": 0}
+execute, begin = db.Connection.execute, db.Database._begin
+def counted_execute(self, sql, params=None):
+    counts["statements"] += 1
+    return execute(self, sql, params)
+def counted_begin(self, write):
+    counts["transactions"] += 1
+    return begin(self, write)
+db.Connection.execute, db.Database._begin = counted_execute, counted_begin
+try:
+    from kb_cli.engines import sqlite
+    look = sqlite.DataVersionWatch._version
+    def counted_look(self):
+        counts["looks"] += 1
+        return look(self)
+    sqlite.DataVersionWatch._version = counted_look
+except (ImportError, AttributeError):
+    pass
+kb = Kb.open(resolve_settings(home, url, None), actor="bench")
+stop = threading.Event()
+worker = Worker(kb, WorkerOptions(worker_id="idle", poll_seconds=poll), stop=stop)
+thread = threading.Thread(target=lambda: list(worker.run(max_tasks=None, loop=True)))
+thread.start()
+time.sleep(1.0)
+counts = dict.fromkeys(counts, 0)
+time.sleep(seconds)
+idle = dict(counts)
+stop.set()
+thread.join()
+print(json.dumps({key: value * 60 / seconds for key, value in idle.items()}))
+"""
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def bench_engines() -> list[tuple[str, str | None]]:
+    engines: list[tuple[str, str | None]] = [("sqlite", None)]
+    if os.environ.get("KB_BENCH_POSTGRES_URL"):
+        engines.append(("postgresql", os.environ["KB_BENCH_POSTGRES_URL"]))
+    return engines
+
+
+def fresh_home(work: Path, admin_url: str | None) -> tuple[Path, str]:
+    home = Path(tempfile.mkdtemp(dir=work)) / "home"
+    url = fresh_database(admin_url) if admin_url else f"sqlite:///{home}/kb.sqlite3"
+    return home, url
+
+
+def wake_up(work: Path, sizes: Sizes) -> list[Row]:
+    """Claim latency after submit and an idle worker's queries: woken by the commit
+    (default, 5 s fallback poll) against poll-only at 1 s (KB_WAKE=poll: the previous
+    behaviour's timing), and against another checkout with KB_BENCH_BEFORE=DIR."""
+    count = 5 if sizes.runs == 1 else 40
+    idle_seconds = 3.0 if sizes.runs == 1 else 30.0
+    variants = [("woken", {}, "5"), ("poll-only 1 s", {"KB_WAKE": "poll"}, "1")]
+    if os.environ.get("KB_BENCH_BEFORE"):
+        variants.append(("before", {"PYTHONPATH": os.environ["KB_BENCH_BEFORE"]}, "1"))
+    rows = []
+    for engine, admin_url in bench_engines():
+        measured = {}
+        for label, extra, poll in variants:
+            home, url = fresh_home(work, admin_url)
+            env = env_for(home, DATABASE_URL=url, KB_EMBEDDINGS="none", **extra)
+            # Run outside the repository: its kb_cli would come first on sys.path.
+            run = {"env": env, "cwd": work, "capture_output": True, "text": True, "check": True}
+            latency = subprocess.run(
+                [PY, "-c", WAKE_LATENCY, str(home), url, str(count), poll], **run
+            )
+            idle = subprocess.run(
+                [PY, "-c", IDLE_QUERIES, str(home), url, str(idle_seconds), poll], **run
+            )
+            measured[label] = (json.loads(latency.stdout), json.loads(idle.stdout))
+        (woken, woken_idle), (polled, polled_idle) = measured["woken"], measured["poll-only 1 s"]
+        before = measured.get("before")
+        for share, name in ((0.5, "p50"), (0.99, "p99")):
+            note = f"{count} submits; reference: poll-only 1 s"
+            if before:
+                note += f"; before: {percentile(before[0], share) * 1000:.0f} ms"
+            rows.append(
+                Row(
+                    "14 wake-up",
+                    f"{engine}, claim latency after submit, {name}",
+                    percentile(woken, share) * 1000,
+                    percentile(polled, share) * 1000,
+                    "ms",
+                    "<= 100 ms",
+                    note,
+                )
+            )
+        note = (
+            f"{woken_idle['statements']:.0f} statements/min; "
+            f"{woken_idle['looks']:.0f} data_version looks/min (~12 us each); "
+            f"reference: poll-only 1 s, {polled_idle['statements']:.0f} statements/min"
+        )
+        if before:
+            note += (
+                f"; before: {before[1]['transactions']:.0f} transactions, "
+                f"{before[1]['statements']:.0f} statements/min"
+            )
+        rows.append(
+            Row(
+                "14 wake-up",
+                f"{engine}, transactions per idle worker per minute",
+                woken_idle["transactions"],
+                polled_idle["transactions"],
+                "/min",
+                "reported",
+                note,
+                {"woken": woken_idle, "poll_only": polled_idle, "before": before and before[1]},
+            )
+        )
+    return rows
+
+
+# --- 15. relaying events -----------------------------------------------------------------
+
+
+def relay_throughput(work: Path, sizes: Sizes) -> list[Row]:
+    """Events a `kb relay` delivers per second to a loopback receiver that answers at
+    once, against the same POSTs sent by a bare client loop (the HTTP floor)."""
+    import http.client
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Receiver(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        received = 0
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            Receiver.received += 1
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    count = 200 if sizes.runs == 1 else 2000
+    rows = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_port
+    try:
+        for engine, admin_url in bench_engines():
+            home, url = fresh_home(work, admin_url)
+            extra = {"DATABASE_URL": url, "KB_RELAY_SECRET": "bench"}
+            fill_queue(home, count, extra)  # one task.queued event per document
+            Receiver.received = 0
+            started = time.perf_counter()
+            relay = subprocess.Popen(
+                [PY, "-m", "kb_cli", "relay", "--webhook", f"http://127.0.0.1:{port}/"],
+                env=env_for(home, **extra),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            while Receiver.received < count:
+                time.sleep(0.01)
+            elapsed = time.perf_counter() - started
+            relay.terminate()
+            relay.wait()
+            client = http.client.HTTPConnection("127.0.0.1", port)
+            body = json.dumps({"event_id": 1, "type": "task.queued", "data": {}}).encode()
+            floor_started = time.perf_counter()
+            for _ in range(count):
+                client.request("POST", "/", body, {"Content-Type": "application/json"})
+                client.getresponse().read()
+            floor = count / (time.perf_counter() - floor_started)
+            client.close()
+            rows.append(
+                Row(
+                    "15 relay",
+                    f"{engine}, events delivered per second ({count} events)",
+                    count / elapsed,
+                    floor,
+                    "events/s",
+                    "reported",
+                    "signed, one POST each, marked delivered one by one; includes start-up; "
+                    "reference: the same POSTs from a bare client",
+                )
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+    return rows
+
+
 # --- running and reporting -----------------------------------------------------------------
 
 
@@ -1395,6 +1643,8 @@ CASES = {
     "isolation": parse_isolation_cost,
     "chunker": chunker_linearity,
     "retry": retry_reuse,
+    "wake": wake_up,
+    "relay": relay_throughput,
 }
 
 

@@ -56,7 +56,7 @@ class Kb:
         command (`create=False`) creates nothing and says that there is nothing yet."""
         if settings.database_url.startswith("sqlite"):
             _prepare_sqlite_home(settings, create)
-        db = Database(settings.database_url, settings.busy_timeout_seconds)
+        db = Database(settings.database_url, settings.busy_timeout_seconds, settings.wake)
         db.ensure_schema()
         store = FileObjectStore(settings.object_store)
         return cls(settings, db, store, Actor(actor or _login()))

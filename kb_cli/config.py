@@ -38,6 +38,9 @@ class Settings:
     # How much the meaning ranking counts in hybrid search, for every query; None: the
     # embedding provider's own measured weights (kb_cli/embeddings).
     vector_weight: float | None = None
+    # Whether waiting processes (an idle `kb work --loop`, `kb events --follow`, `kb
+    # relay`) are woken by commits; KB_WAKE=poll makes them poll only.
+    wake: bool = True
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,10 @@ class WorkerOptions:
     backoff_seconds: float = 5.0
     # Progress is written at most this often, so a 500-page PDF is not 500 commits.
     progress_interval: float = 0.25
-    poll_seconds: float = 1.0
+    # An idle --loop worker is woken by the commit that queues a task (LISTEN/NOTIFY
+    # on PostgreSQL, PRAGMA data_version on SQLite); this poll only covers a lost
+    # wake-up.
+    poll_seconds: float = 5.0
 
 
 WORKER_DEFAULTS = WorkerOptions()
@@ -93,7 +99,15 @@ def resolve_settings(
         chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
         rerank=_rerank_settings(),
         vector_weight=_optional_number("KB_VECTOR_WEIGHT"),
+        wake=_wake(),
     )
+
+
+def _wake() -> bool:
+    mode = os.environ.get("KB_WAKE") or "commit"
+    if mode not in ("commit", "poll"):
+        raise UsageError(f"KB_WAKE must be commit or poll; got {mode!r}")
+    return mode == "commit"
 
 
 def _parse_limits() -> ParseLimits:

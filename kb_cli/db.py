@@ -98,9 +98,10 @@ class Database:
     one that lost its server is dropped, so the next transaction connects anew.
     """
 
-    def __init__(self, url: str, busy_timeout_seconds: float) -> None:
+    def __init__(self, url: str, busy_timeout_seconds: float, wake: bool = True) -> None:
         self.url = url
         self.busy_timeout_seconds = busy_timeout_seconds
+        self.wake = wake  # False: waiters poll (engines.PollOnly)
         self.engine = engines.for_url(url)
         self.is_sqlite = url.startswith("sqlite")
         self._idle = threading.local()
@@ -174,6 +175,14 @@ class Database:
     def _discard(raw: Any) -> None:
         with contextlib.suppress(Exception):  # a dead connection may fail to close
             raw.close()
+
+    def watch(self, channel: str) -> engines.Watch:
+        """A Watch of `channel` (engines.TASKS_CHANNEL, EVENTS_CHANNEL) on a connection
+        of its own; the caller closes it."""
+        if not self.wake:
+            return engines.PollOnly()
+        with self._translate_errors():
+            return self.engine.watch(self.url, self.busy_timeout_seconds, channel)
 
     def release_space(self) -> None:
         """After a write failed for lack of space, give back what the failed write took

@@ -32,6 +32,19 @@ class DocStatus(StrEnum):
     DELETING = "deleting"  # a delete has begun; already not_found, its rows going in batches
 
 
+class EventType(StrEnum):
+    """The lifecycle events a user may react to (`kb events`, `kb relay`)."""
+
+    TASK_QUEUED = "task.queued"
+    TASK_SUCCEEDED = "task.succeeded"
+    TASK_FAILED = "task.failed"
+    TASK_CANCELLED = "task.cancelled"
+    DOCUMENT_REVIEW_PENDING = "document.review_pending"
+    DOCUMENT_PUBLISHED = "document.published"
+    DOCUMENT_UNPUBLISHED = "document.unpublished"
+    DOCUMENT_DELETED = "document.deleted"
+
+
 class ErrorCode(StrEnum):
     PARSE_ERROR = "parse_error"
     OBJECT_READ_ERROR = "object_read_error"

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from kb_cli.db import Connection
-from kb_cli.engines import escape_like
+from kb_cli.engines import EVENTS_CHANNEL, escape_like
 from kb_cli.errors import NotFoundError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
 from kb_cli.permissions import Scope
@@ -248,14 +248,27 @@ def insert_user(conn: Connection, **values: Any) -> None:
     _insert(conn, USERS, values)
 
 
-def insert_outbox_event(
-    conn: Connection, topic: str, entity_id: str, payload: dict, at: str
+def insert_event(
+    conn: Connection, kind: str, document_id: str, task_id: str | None, data: dict, at: str
 ) -> None:
-    _insert(
-        conn,
-        OUTBOX,
-        {"topic": topic, "entity_id": entity_id, "payload": json.dumps(payload), "created_at": at},
+    """A lifecycle event of the document (and task), with the document's base, in the
+    caller's transaction; its watchers are woken at commit. Its id orders it after
+    every earlier event of the same document: the row locks of the change it records
+    are already held."""
+    conn.execute(
+        f"INSERT INTO {OUTBOX} (topic, entity_id, document_id, task_id, base, payload, "
+        "created_at) SELECT :topic, :entity_id, d.id, :task_id, d.base, :payload, :at "
+        f"FROM {DOCUMENTS} AS d WHERE d.id = :document_id",
+        {
+            "topic": kind,
+            "entity_id": task_id or document_id,
+            "document_id": document_id,
+            "task_id": task_id,
+            "payload": json.dumps(data),
+            "at": at,
+        },
     )
+    wake(conn, EVENTS_CHANNEL)
 
 
 _AUDIT_COLUMNS = ("at", "actor", "action", "entity_id", "from_status", "to_status", "detail")
@@ -672,6 +685,28 @@ def next_claimable_task(conn: Connection, now: str) -> Row | None:
     return conn.execute(_NEXT_CLAIMABLE + conn.engine.SKIP_LOCKED, {"now": now}).first()
 
 
+def has_claimable_task(conn: Connection, now: str) -> bool:
+    """Whether some task is claimable now; locks nothing."""
+    return conn.execute(_CLAIMABLE + " LIMIT 1", {"now": now}).first() is not None
+
+
+def next_due(conn: Connection) -> str | None:
+    """When a task that is not claimable now may become claimable by itself: the
+    earliest retry time or lease expiry (a stamp), or None when none is pending."""
+    return conn.execute(
+        f"""SELECT min(due) FROM (
+            SELECT min(retry_at) AS due FROM {TASKS} WHERE status = '{TaskStatus.RETRY_WAIT}'
+            UNION ALL
+            SELECT min(lease_expires_at) FROM {TASKS} WHERE status = '{TaskStatus.RUNNING}'
+        ) AS pending"""
+    ).scalar()
+
+
+def wake(conn: Connection, channel: str) -> None:
+    """Wake the processes watching `channel` when this transaction commits."""
+    conn.engine.notify(conn.raw, channel)
+
+
 def claimable_task(conn: Connection, task_id: str, now: str) -> Row | None:
     """The named task if it is claimable; on PostgreSQL its row stays locked until the
     claim commits, so nobody finishes, renews or reclaims it in between."""
@@ -881,3 +916,48 @@ def set_embeddings(conn: Connection, rows: list[dict]) -> None:
         " embedding_dim = :embedding_dim WHERE id = :id",
         rows,
     )
+
+
+# --- lifecycle events ----------------------------------------------------------------
+
+
+_EVENT_COLUMNS = "e.id, e.topic, e.document_id, e.task_id, e.base, e.created_at, e.payload"
+
+
+def events_after(
+    conn: Connection, scope: Scope, after: int, also: Sequence[int], limit: int
+) -> list[Row]:
+    """Events with an id above `after` (and those in `also`), oldest first, each with
+    `readable`: whether its base is in `scope`. Unreadable ones are returned too (never
+    shown), so that a reader can tell an id it may not see from one not committed yet."""
+    where, params = scope_filter(scope, "e.base")
+    readable = f"CASE WHEN {where} THEN 1 ELSE 0 END" if where else "1"
+    wanted = "e.id > :after"
+    if also:
+        wanted = f"({wanted} OR e.id IN ({', '.join(str(int(i)) for i in also)}))"
+    return conn.execute(
+        f"SELECT {_EVENT_COLUMNS}, {readable} AS readable FROM {OUTBOX} AS e "
+        f"WHERE {wanted} ORDER BY e.id LIMIT :limit",
+        {**params, "after": after, "limit": limit},
+    ).all()
+
+
+def undelivered_events(conn: Connection, limit: int) -> list[Row]:
+    """The oldest events no webhook has acknowledged, of every base."""
+    return conn.execute(
+        f"SELECT {_EVENT_COLUMNS}, e.attempts FROM {OUTBOX} AS e "
+        "WHERE e.dispatched_at IS NULL ORDER BY e.id LIMIT :limit",
+        {"limit": limit},
+    ).all()
+
+
+def mark_delivered(conn: Connection, event_id: int, at: str) -> None:
+    conn.execute(
+        f"UPDATE {OUTBOX} SET dispatched_at = :at, attempts = attempts + 1 "
+        "WHERE id = :id AND dispatched_at IS NULL",
+        {"id": event_id, "at": at},
+    )
+
+
+def count_delivery_attempt(conn: Connection, event_id: int) -> None:
+    conn.execute(f"UPDATE {OUTBOX} SET attempts = attempts + 1 WHERE id = :id", {"id": event_id})

@@ -235,3 +235,34 @@ class UserRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass
+class EventRecord:
+    """A lifecycle event (`kb events`, the body `kb relay` posts). `event_id` grows with
+    every event; a receiver deduplicates by it."""
+
+    event_id: int
+    type: str
+    document_id: str | None
+    task_id: str | None
+    base: str | None
+    at: str
+    data: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: Row) -> EventRecord:
+        import json
+
+        return cls(
+            row.id,
+            row.topic,
+            row.document_id,
+            row.task_id,
+            row.base,
+            row.created_at,
+            json.loads(row.payload),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)

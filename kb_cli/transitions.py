@@ -1,7 +1,9 @@
 """State changes with their audit events, written in the caller's transaction.
 
 Callers read the row inside the same write transaction first, so `from_status` is what
-the guarded UPDATE actually replaced; there is never a change without its event.
+the guarded UPDATE actually replaced; there is never a change without its event. The
+changes a user may react to also write a lifecycle event (`kb events`, `kb relay`),
+and a task that becomes claimable wakes the idle workers at commit.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from typing import Any
 
 from kb_cli import queries
 from kb_cli.db import Connection, utcnow
+from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import ConflictError, InternalError
 from kb_cli.lifecycle import (
     DocStatus,
+    EventType,
     Stage,
     TaskStatus,
     is_legal_document_transition,
@@ -28,6 +32,36 @@ FRESH_RUN: dict[str, Any] = {
     "error_detail": None,
     "retry_at": None,
 }
+
+# Task moves that end a run, and document moves, that are lifecycle events.
+TASK_EVENTS = {
+    TaskStatus.SUCCEEDED: EventType.TASK_SUCCEEDED,
+    TaskStatus.FAILED: EventType.TASK_FAILED,
+    TaskStatus.CANCELLED: EventType.TASK_CANCELLED,
+}
+# A task that may be claimed (now, or at its retry time) is news for idle workers.
+WAKING_TASK_STATUSES = (TaskStatus.QUEUED, TaskStatus.RETRY_WAIT)
+
+
+def task_event_data(task: Any) -> dict[str, Any]:
+    return {
+        "status": task.status,
+        "revision": task.revision,
+        "attempt": task.attempt,
+        "error_code": task.error_code,
+        "error_detail": task.error_detail,
+    }
+
+
+def document_event_type(action: str, to: DocStatus) -> EventType | None:
+    """By what happened, not only where it went: an unpublish may keep the status."""
+    if action == "unpublish":
+        return EventType.DOCUMENT_UNPUBLISHED
+    if to is DocStatus.REVIEW_PENDING:
+        return EventType.DOCUMENT_REVIEW_PENDING
+    if to is DocStatus.PUBLISHED and action == "publish":
+        return EventType.DOCUMENT_PUBLISHED
+    return None
 
 
 def audit_event(
@@ -76,6 +110,11 @@ def move_task(
         queries.insert_audit_events(
             conn, [audit_event(actor, action, task.id, origin, to, detail, now)]
         )
+        if to in TASK_EVENTS:
+            data = task_event_data(moved)
+            queries.insert_event(conn, TASK_EVENTS[to], moved.document_id, task.id, data, now)
+        if to in WAKING_TASK_STATUSES:
+            queries.wake(conn, TASKS_CHANNEL)
     elif required:
         raise ConflictError(f"task {task.id} changed meanwhile; read it again and retry")
     return moved
@@ -107,6 +146,14 @@ def move_document(
         queries.insert_audit_events(
             conn, [audit_event(actor, action, document.id, origin, to, detail, now)]
         )
+        if kind := document_event_type(action, to):
+            data = {
+                "status": moved.status,
+                "revision": moved.revision,
+                "published_revision": moved.published_revision,
+                "version": moved.version,
+            }
+            queries.insert_event(conn, kind, document.id, moved.latest_task_id, data, now)
     elif required:
         raise ConflictError(f"document {document.id} changed meanwhile; read it again and retry")
     return moved

@@ -45,6 +45,9 @@ STRIPPED = (
     "KB_EMBEDDING_BATCH",
     "KB_EMBEDDING_TIMEOUT",
     "KB_VECTOR_FLOOR",
+    "KB_POLL_SECONDS",
+    "KB_WAKE",
+    "KB_RELAY_SECRET",
 )
 
 # Set by .ci/run for the second pass of the suite: every test then gets a database of
@@ -259,6 +262,18 @@ def db_rows(query: str, **params) -> list[dict]:
     try:
         with engine.connect() as conn:
             return [dict(row._mapping) for row in conn.execute(text(query), params)]
+    finally:
+        engine.dispose()
+
+
+def db_execute(statement: str, **params) -> None:
+    """A change made behind kb's back (no notification, no event), committed."""
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(statement), params)
     finally:
         engine.dispose()
 

@@ -5,9 +5,9 @@ and `kb --version` start fast and never touch the database.
 
 This module builds `app` and registers every command, in the order `kb --help` lists
 them. The commands live by concern: `documents` (upload, submit, publish), `tasks`
-(status, cancel, retry, work, history), `answers` (search, eval), `users`, `bases`,
-`maintenance` (reindex, doctor, demo, db); `shared` holds what they all use and
-`boundary` the error boundary.
+(status, cancel, retry, work, history), `events` (events, relay), `answers` (search,
+eval), `users`, `bases`, `maintenance` (reindex, doctor, demo, db); `shared` holds what
+they all use and `boundary` the error boundary.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import __version__, console
-from kb_cli.cli import answers, bases, boundary, documents, maintenance, tasks, users
+from kb_cli.cli import answers, bases, boundary, documents, events, maintenance, tasks, users
 from kb_cli.cli.shared import HELP_SETTINGS, Globals, Invocation
 
 __all__ = ["app", "main"]
@@ -103,6 +103,8 @@ app.command("eval")(answers.eval_command)
 app.command()(maintenance.reindex)
 app.command()(maintenance.doctor)
 app.command()(tasks.history)
+app.command()(events.events)
+app.command()(events.relay)
 app.add_typer(users.user_app, name="user")
 app.add_typer(bases.base_app, name="base")
 app.command()(maintenance.demo)

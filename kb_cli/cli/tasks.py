@@ -228,7 +228,12 @@ def work(
         ),
     ] = None,
     loop: Annotated[
-        bool, typer.Option("--loop", help="Keep polling for tasks until stopped (Ctrl-C).")
+        bool,
+        typer.Option(
+            "--loop",
+            help="Keep running tasks until stopped (Ctrl-C); an idle worker is woken at "
+            "once when a task is queued.",
+        ),
     ] = False,
     drain: Annotated[
         bool, typer.Option("--drain", help="Run tasks until none is claimable, then stop.")
@@ -281,7 +286,9 @@ def work(
             "--poll-seconds",
             metavar="SECONDS",
             min=0.05,
-            help="With --loop: how long to sleep when no task is claimable.",
+            envvar="KB_POLL_SECONDS",
+            help="With --loop: the longest an idle worker waits before looking again, "
+            "should a wake-up be lost.",
         ),
     ] = WORKER_DEFAULTS.poll_seconds,
     json_out: JsonFlag = False,

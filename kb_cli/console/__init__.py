@@ -37,6 +37,7 @@ from kb_cli.console.core import (
     write_json,
 )
 from kb_cli.console.demo import DemoLog, print_demo_summary
+from kb_cli.console.events import RelayLog, event_line, print_event
 from kb_cli.console.history import audit_line
 from kb_cli.console.stages import STAGES, LiveStages
 from kb_cli.console.tasks import (
@@ -64,12 +65,14 @@ __all__ = [
     "OutputClosed",
     "PlainWorkerLog",
     "Progress",
+    "RelayLog",
     "WaitHint",
     "audit_line",
     "cell_len_of",
     "confirm_deletion",
     "document_line",
     "emit",
+    "event_line",
     "is_fancy",
     "log",
     "note",
@@ -79,6 +82,7 @@ __all__ = [
     "print_doctor",
     "print_document_table",
     "print_eval",
+    "print_event",
     "print_new_user",
     "print_records",
     "print_reindex",

@@ -10,7 +10,7 @@ from kb_cli.console.stages import LiveStages, outcome_lines, task_title
 from kb_cli.lifecycle import Stage
 from kb_cli.records import QueuePlace, TaskRecord
 
-NO_WORKER_HINT_SECONDS = 5.0
+NO_WORKER_HINT_SECONDS = 11.0  # two fallback polls of an idle worker (5 s), and a second
 NO_WORKER_HINT = (
     "no worker has claimed it for {seconds:.0f} s and none is running: start one in "
     "another terminal with `kb work --loop`"

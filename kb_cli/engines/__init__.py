@@ -2,12 +2,15 @@
 
 Each engine module satisfies the `Engine` protocol below: the DB-API side
 (connecting, transactions, statements and the verdicts on a driver's errors), the
-row-lock clauses, the schema side, and BM25 over the caller's scope. Statements are
+row-lock clauses, the schema side, BM25 over the caller's scope, and how a waiting
+process learns of a commit (`notify` in the writing transaction, a `Watch` in the
+waiting process). Statements are
 written once, with `:name` parameters, for both engines.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,6 +21,35 @@ if TYPE_CHECKING:
     from kb_cli.ranking import Scored
 
 SCHEMA_VERSION = "SELECT version_num FROM kb_schema_version"
+# What a commit may have changed, as the channels a waiting process watches.
+TASKS_CHANNEL = "kb_tasks"  # a task became claimable, or its retry time moved
+EVENTS_CHANNEL = "kb_events"  # a lifecycle event was written
+# How often a waiting process looks at its stop request (and, on SQLite, at the file).
+WATCH_SLICE_SECONDS = 0.05
+
+
+class Watch(Protocol):
+    """Tells a waiting process that a commit may have changed what it waits for. A
+    wake-up is a hint, never the news: the waiter reads the database after it, and a
+    lost one costs at most the caller's fallback poll."""
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        """Block up to `seconds`: True when woken by a change, False on time-out or
+        when `stop` is set (seen within WATCH_SLICE_SECONDS)."""
+
+    def close(self) -> None: ...
+
+
+class PollOnly:
+    """A Watch that is never woken: each wait lasts its whole time (KB_WAKE=poll, for
+    a connection pooler in transaction mode, which cannot keep a LISTEN)."""
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        stop.wait(seconds)
+        return False
+
+    def close(self) -> None:
+        pass
 
 
 class Engine(Protocol):
@@ -49,6 +81,10 @@ class Engine(Protocol):
     def problem_message(self, error: BaseException) -> str | None:
         """What to say about a damaged database, or None."""
 
+    def notify(self, raw: Any, channel: str) -> None:
+        """Wake the watchers of `channel` when the caller's transaction commits."""
+
+    def watch(self, url: str, busy_timeout_seconds: float, channel: str) -> Watch: ...
     def sqlalchemy_engine(self, url: str, busy_timeout_seconds: float) -> SAEngine: ...
     def lock_for_migration(self, conn: SAConnection) -> None: ...
     def caseless_like(self, column: str, parameter: str) -> str: ...

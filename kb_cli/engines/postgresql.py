@@ -8,11 +8,14 @@ in SQL the way SQLite's FTS5 does, so both engines agree on the same data.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import threading
+import time
 from typing import TYPE_CHECKING
 
-from kb_cli.engines import candidate_filters
+from kb_cli.engines import WATCH_SLICE_SECONDS, candidate_filters
 from kb_cli.errors import UsageError
 from kb_cli.ranking import BM25_B, BM25_K1, Scored
 
@@ -83,6 +86,84 @@ def rollback(raw: psycopg.Connection) -> None:
 
 def shrink_log(raw: psycopg.Connection) -> None:
     """Nothing to give back: the server manages its own log."""
+
+
+def notify(raw: psycopg.Connection, channel: str) -> None:
+    """Delivered at commit, and not at all on a rollback; one per channel per
+    transaction however often it is said."""
+    raw.execute(f"NOTIFY {channel}")
+
+
+def watch(url: str, busy_timeout_seconds: float, channel: str) -> Listener:
+    return Listener(url, channel)
+
+
+# The listener's connection is checked this often while nothing arrives: a connection
+# dropped without a word (a pooler, a firewall) would otherwise listen to nothing.
+PING_SECONDS = 30.0
+RECONNECT_CAP_SECONDS = 5.0
+
+
+class Listener:
+    """LISTEN on a dedicated connection, in a thread of its own; a notification only
+    rings a bell, which the waiter's `wait` answers. A lost connection is reconnected
+    with backoff, and the bell rings on every (re)connection: whatever was committed
+    while nobody listened is looked at then."""
+
+    def __init__(self, url: str, channel: str) -> None:
+        self.url = url
+        self.channel = channel
+        self.bell = threading.Event()
+        self.connected = threading.Event()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="kb-listen", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        import psycopg
+
+        delay = 0.1
+        while not self._closed.is_set():
+            try:
+                with psycopg.connect(
+                    conninfo(self.url), autocommit=True, connect_timeout=10
+                ) as raw:
+                    raw.execute(f"LISTEN {self.channel}")
+                    self.connected.set()
+                    self.bell.set()
+                    delay = 0.1
+                    self._relay_notifications(raw)
+            except psycopg.Error:
+                self.connected.clear()
+                self.bell.set()  # the waiter reads once; its fallback poll covers the rest
+                self._closed.wait(delay)
+                delay = min(delay * 2, RECONNECT_CAP_SECONDS)
+
+    def _relay_notifications(self, raw: psycopg.Connection) -> None:
+        last_ping = time.monotonic()
+        while not self._closed.is_set():
+            for _ in raw.notifies(timeout=1.0):
+                self.bell.set()
+            if time.monotonic() - last_ping >= PING_SECONDS:
+                raw.execute("SELECT 1")
+                last_ping = time.monotonic()
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self.bell.wait(min(remaining, WATCH_SLICE_SECONDS)):
+                self.bell.clear()  # before the waiter reads: a later ring is not lost
+                return True
+        return False
+
+    def close(self) -> None:
+        """The thread ends within a second; as a daemon it never holds the process."""
+        self._closed.set()
+        with contextlib.suppress(RuntimeError):
+            self._thread.join(timeout=2.0)
 
 
 def is_clean(raw: psycopg.Connection) -> bool:

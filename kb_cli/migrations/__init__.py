@@ -23,6 +23,7 @@ REVISIONS = (
     "0007_chunk_context",
     "0008_lifecycle",
     "0009_stage_artefacts",
+    "0010_events",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

@@ -11,13 +11,22 @@ from pathlib import Path
 from kb_cli import queries
 from kb_cli.app import Kb, require_base, resolve_document_id
 from kb_cli.db import Connection, utcnow
+from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
-from kb_cli.lifecycle import PUBLISHABLE, REPLACEABLE, SUBMITTABLE, DocStatus, Stage, TaskStatus
+from kb_cli.lifecycle import (
+    PUBLISHABLE,
+    REPLACEABLE,
+    SUBMITTABLE,
+    DocStatus,
+    EventType,
+    Stage,
+    TaskStatus,
+)
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
 from kb_cli.records import DocumentRecord, Row, TaskRecord
 from kb_cli.store import StoredObject
-from kb_cli.transitions import audit_event, move_document
+from kb_cli.transitions import audit_event, move_document, task_event_data
 
 
 @dataclass(frozen=True)
@@ -360,13 +369,9 @@ def _submit(conn: Connection, actor: str, document_id: str) -> str:
             )
         ],
     )
-    queries.insert_outbox_event(
-        conn,
-        "ingestion_task.queued",
-        task_id,
-        {"task_id": task_id, "document_id": document_id, "revision": document.revision},
-        now,
-    )
+    data = task_event_data(queries.get_task(conn, task_id))
+    queries.insert_event(conn, EventType.TASK_QUEUED, document_id, task_id, data, now)
+    queries.wake(conn, TASKS_CHANNEL)
     return task_id
 
 

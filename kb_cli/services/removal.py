@@ -18,7 +18,7 @@ from kb_cli import queries
 from kb_cli.app import Kb, require_base, resolve_document_id
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, UsageError
-from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus
+from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, EventType
 from kb_cli.records import Row
 from kb_cli.transitions import cancel_task, move_document
 
@@ -119,8 +119,8 @@ def begin(kb: Kb, document_id: str) -> None:
             deleted_at=now,
             deleted_by=kb.actor.name,
         )
-        payload = {"document_id": document_id, "base": document.base}
-        queries.insert_outbox_event(conn, "document.deleted", document_id, payload, now)
+        data = {"filename": document.filename, "tasks": len(task_ids)}
+        queries.insert_event(conn, EventType.DOCUMENT_DELETED, document_id, None, data, now)
 
 
 def _cancel_active(kb: Kb, conn: Connection, task_id: str, now: str) -> None:

@@ -15,13 +15,14 @@ from kb_cli.lifecycle import (
     RETRYABLE_TASK,
     TERMINAL_TASK_STATUSES,
     DocStatus,
+    EventType,
     TaskStatus,
 )
 from kb_cli.permissions import Scope
 from kb_cli.records import DocumentRecord, QueuePlace, TaskRecord
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import cancel_task as cancel_task_row
-from kb_cli.transitions import move_document, requeue_task
+from kb_cli.transitions import move_document, requeue_task, task_event_data
 
 WAIT_POLL_SECONDS = 0.2
 QUEUE_POLL_SECONDS = 1.0
@@ -172,7 +173,7 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
             f"kb retry {document.id} retries the latest"
         )
     now = utcnow()
-    requeue_task(
+    requeued = requeue_task(
         conn,
         task,
         actor=actor,
@@ -192,10 +193,5 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
         detail=f"task {task_id}",
         updated_at=now,
     )
-    queries.insert_outbox_event(
-        conn,
-        "ingestion_task.queued",
-        task_id,
-        {"task_id": task_id, "document_id": document.id, "revision": document.revision},
-        now,
-    )
+    data = task_event_data(requeued)
+    queries.insert_event(conn, EventType.TASK_QUEUED, document.id, task_id, data, now)

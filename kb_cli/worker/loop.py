@@ -13,6 +13,8 @@ from typing import Protocol
 from kb_cli import queries
 from kb_cli.app import Kb, resolve_task_id
 from kb_cli.config import WorkerOptions
+from kb_cli.db import format_stamp, parse_stamp
+from kb_cli.engines import TASKS_CHANNEL, Watch
 from kb_cli.errors import (
     ActorDisabled,
     ClaimLost,
@@ -27,6 +29,10 @@ from kb_cli.records import TaskRecord, WorkResult
 from kb_cli.worker.claim import Claim, Claimant, take
 from kb_cli.worker.heartbeat import Heartbeat
 from kb_cli.worker.pipeline import Pipeline, describe_error, error_detail
+
+# A due time that has just passed is not claimable in the same microsecond (leases
+# expire strictly after their stamp): look again a moment later, not in a tight loop.
+MIN_WAIT_SECONDS = 0.01
 
 
 def default_worker_id() -> str:
@@ -88,6 +94,7 @@ class Worker:
         self.stop = stop or threading.Event()
         self.claimant = Claimant(kb, options, self.stop)
         self.heartbeat = Heartbeat(options.lease_seconds / 3)
+        self._watch: Watch | None = None
 
     def run(
         self, task_ref: str | None = None, max_tasks: int | None = 1, loop: bool = False
@@ -104,12 +111,40 @@ class Worker:
                     done += 1
                     yield result
                 elif loop:
-                    self.stop.wait(self.options.poll_seconds)
+                    self.idle()
                 else:
                     yield result
                     return
         finally:
             self.heartbeat.close()
+            if self._watch is not None:
+                self._watch.close()
+
+    def idle(self) -> None:
+        """Wait until a task is claimable: woken by the commit that queued it, at the
+        earliest retry time or lease expiry, or (should a wake-up be lost) after the
+        fallback poll; a stop ends the wait at once. Each look is one read, never a
+        claim: a commit that queued nothing costs no write lock."""
+        if self._watch is None:
+            self._watch = self.kb.db.watch(TASKS_CHANNEL)
+        while not self.stop.is_set():
+            seconds = self._seconds_until_due()
+            if seconds <= 0:
+                return
+            self._watch.wait(seconds, self.stop)
+
+    def _seconds_until_due(self) -> float:
+        """0 when a task is claimable now; else how long until one may become so by
+        itself, at most the fallback poll."""
+        now = self.kb.clock.now()
+        with self.kb.db.read() as conn:
+            if queries.has_claimable_task(conn, format_stamp(now)):
+                return 0.0
+            due = queries.next_due(conn)
+        poll = self.options.poll_seconds
+        if due is None:
+            return poll
+        return min(poll, max(MIN_WAIT_SECONDS, (parse_stamp(due) - now).total_seconds()))
 
     def run_once(self, task_ref: str | None = None) -> WorkResult:
         worker_id = self.options.worker_id

@@ -488,6 +488,8 @@ def test_every_command_runs_the_guard(invoke, tmp_path):
         "reindex": ["--embeddings"],
         "doctor": [],
         "history": [some_id],
+        "events": [],
+        "relay": ["--webhook", "http://127.0.0.1:9/"],
         "demo": [],
         "user add": ["bob", "--role", "viewer"],
         "user list": [],

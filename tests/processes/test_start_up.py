@@ -27,7 +27,7 @@ def test_help_and_status_import_no_model(args):
         f"import sys\nfrom kb_cli.cli import main\nPARSERS = {NEW_PARSERS!r}\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy', 'lxml',\n"
-        "         'kb_cli.artefacts'}\n"
+        "         'kb_cli.artefacts', 'kb_cli.services.relay', 'kb_cli.services.events'}\n"
         "heavy |= {f'kb_cli.parsers.{name}' for name in PARSERS}\n"
         "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
     )

@@ -1,0 +1,116 @@
+"""Lifecycle events: `kb events` (read or follow them), `kb relay` (deliver them to a
+webhook)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+import typer
+
+from kb_cli import console
+from kb_cli.cli.shared import BaseOption, JsonFlag, open_kb, open_to_read
+from kb_cli.permissions import READERS, WORKERS, Rule, Target
+
+EVENTS = Rule("events", READERS, Target.BASE)
+
+
+def events(
+    ctx: typer.Context,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Keep printing new events as they happen, until Ctrl-C."
+        ),
+    ] = False,
+    since: Annotated[
+        int,
+        typer.Option(
+            "--since",
+            metavar="ID",
+            min=0,
+            help="Only events after this event id (the last one a script has seen).",
+        ),
+    ] = 0,
+    base: BaseOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Lifecycle events of the bases you may read, oldest first: a task succeeded,
+    failed or was cancelled; a document is waiting for review, published, unpublished
+    or deleted.
+
+    Exit code 0, also when --follow is stopped by SIGINT/SIGTERM.
+
+    Examples: kb events --since 120 --json; kb events --follow --base handbooks
+    """
+    from kb_cli.services import events as events_service
+
+    kb = open_to_read(ctx, EVENTS, json_out, base)
+    if kb is None:
+        return
+    if not follow:
+        for event in events_service.list_events(kb, since, base):
+            console.print_event(event, json_out)
+        return
+    from kb_cli.worker import stop_on_signals
+
+    stop = threading.Event()
+    stop_on_signals(stop, lambda _signal: None)
+    for event in events_service.follow_events(kb, since, base, stop):
+        console.print_event(event, json_out)
+
+
+RELAY = Rule("relay", WORKERS)
+
+
+def relay(
+    ctx: typer.Context,
+    webhook: Annotated[
+        str,
+        typer.Option(
+            "--webhook",
+            metavar="URL",
+            help="Where to POST each event (http:// or https://).",
+            show_default=False,
+        ),
+    ],
+    secret: Annotated[
+        str | None,
+        typer.Option(
+            "--secret",
+            metavar="S",
+            envvar="KB_RELAY_SECRET",
+            help="Sign each body with HMAC-SHA256 under this secret (header X-Kb-Signature); "
+            "better given as KB_RELAY_SECRET than on the command line.",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            min=0.1,
+            help="How long to wait for the receiver's answer before retrying.",
+        ),
+    ] = 10.0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Deliver lifecycle events to a webhook: at least once, in order, each marked
+    delivered after the receiver's 2xx; failures are retried with growing pauses,
+    never skipped. Receivers deduplicate by event_id.
+
+    Runs until SIGINT/SIGTERM (exit 0). Run one relay per database.
+
+    Example: KB_RELAY_SECRET=s3cret kb relay --webhook https://hooks.example.com/kb
+    """
+    from kb_cli.services.relay import Relay, Webhook
+    from kb_cli.worker import stop_on_signals
+
+    target = Webhook(webhook, secret or None, timeout)
+    kb = open_kb(ctx, RELAY)
+    stop = threading.Event()
+    stop_on_signals(stop, console.stopping)
+    log = console.RelayLog(target.host, json_out)
+    log.started()
+    Relay(kb, target, log, stop).run()

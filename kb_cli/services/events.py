@@ -1,0 +1,76 @@
+"""Lifecycle events for scripts: `kb events`, oldest first, and following them as
+they are written (woken by the commit that writes one)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from kb_cli import queries
+from kb_cli.app import Kb, require_base
+from kb_cli.engines import EVENTS_CHANNEL
+from kb_cli.records import EventRecord, Row
+
+PAGE = 500
+# Ids are taken at insert and transactions commit in any order (on PostgreSQL), so an
+# id below the newest one read may still appear: such a gap is read again for this
+# long, longer than any kb transaction lasts (a rolled-back one leaves it for good).
+GAP_SECONDS = 60.0
+# A follower that missed a wake-up looks again after this long at the latest; sooner
+# while a gap may still fill.
+FOLLOW_POLL_SECONDS = 5.0
+GAP_POLL_SECONDS = 0.5
+
+
+class EventCursor:
+    """Where a reader is: the newest id read, and the ids below it not seen yet."""
+
+    def __init__(self, after: int, kb: Kb, base: str | None) -> None:
+        if base is not None:
+            with kb.db.read() as conn:
+                require_base(conn, kb.scope, base)
+        self.after = after
+        self.gaps: dict[int, float] = {}  # id -> when to stop looking for it
+
+    def read(self, kb: Kb, base: str | None) -> list[EventRecord]:
+        """The next events the caller may read, oldest first (at most a page)."""
+        now = time.monotonic()
+        self.gaps = {i: until for i, until in self.gaps.items() if until > now}
+        with kb.db.read() as conn:
+            scope = kb.actor.scope(base)
+            rows = queries.events_after(conn, scope, self.after, list(self.gaps), PAGE)
+        return [EventRecord.from_row(row) for row in rows if self._advance(row, now)]
+
+    def _advance(self, row: Row, now: float) -> bool:
+        """Move past `row`; whether the caller may see it."""
+        if self.gaps.pop(row.id, None) is None:
+            self.gaps.update({i: now + GAP_SECONDS for i in range(self.after + 1, row.id)})
+            self.after = row.id
+        return bool(row.readable)
+
+
+def list_events(kb: Kb, since: int, base: str | None) -> Iterator[EventRecord]:
+    """Every event after `since` of the readable bases (or of `base`), oldest first."""
+    cursor = EventCursor(since, kb, base)
+    while True:
+        before = cursor.after
+        yield from cursor.read(kb, base)
+        if cursor.after == before:
+            return
+
+
+def follow_events(
+    kb: Kb, since: int, base: str | None, stop: threading.Event
+) -> Iterator[EventRecord]:
+    """As list_events, then every new event as it commits, until `stop` is set."""
+    cursor = EventCursor(since, kb, base)
+    watch = kb.db.watch(EVENTS_CHANNEL)
+    try:
+        while not stop.is_set():
+            before = cursor.after
+            yield from cursor.read(kb, base)
+            if cursor.after == before:  # nothing new: wait for a commit
+                watch.wait(GAP_POLL_SECONDS if cursor.gaps else FOLLOW_POLL_SECONDS, stop)
+    finally:
+        watch.close()
