@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import (
     db_rows,
     kb_env,
+    remove_objects,
     run_kb,
     sqlite_only,
     start_kb,
@@ -107,9 +108,7 @@ def test_an_object_that_vanishes_after_the_download_is_an_object_read_error(tmp_
     wait_until(
         at_the_parse, timeout=30, interval=0.02, message="the worker never reached the parse"
     )
-    for stored in (kb_home / "objects").rglob("*"):
-        if stored.is_file():
-            stored.unlink()  # after the download checked it, before the parser opens it
+    remove_objects()  # after the download checked it, before the parser opens it
     out, err = worker.communicate(timeout=30)
     [row] = db_rows(
         "SELECT status, stage, error_code, error_detail FROM ingestion_tasks WHERE id = :id",
