@@ -282,7 +282,7 @@ def classify(error: Exception, location: S3Location, writing: bool = False) -> E
 
 def _network_reason(text: str) -> str:
     lowered = text.lower()
-    if "timed out" in lowered or "timeout" in lowered:
+    if "timed out" in lowered:  # not "timeout": every retried error names retry_timeout
         return "timed out"
     if "error sending request" in lowered or "connect" in lowered:
         return "connection failed"

@@ -14,19 +14,22 @@ import pytest
 from tests.helpers import kb_env, run_in_process, run_kb
 
 
+@pytest.mark.parametrize("store", ["directory", "s3"])
 @pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--json"]])
-def test_help_and_status_import_no_model(args):
-    """numpy, the tokenizer, jieba and the parsers load only where they are used."""
+def test_help_and_status_import_no_model(args, store):
+    """numpy, the tokenizer, jieba, the parsers and the S3 client load only where they are
+    used; `kb status` on an S3 store never opens it."""
     # the schema exists (creating it loads SQLAlchemy)
     assert run_in_process("db", "upgrade").code == 0
     code = (
         "import sys\nfrom kb_cli.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy'}\n"
+        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy', 'obstore'}\n"
         "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
     )
+    env = kb_env(OBJECT_STORE_ROOT="s3://kb-tests/start-up") if store == "s3" else kb_env()
     done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, env=env
     )
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
