@@ -157,6 +157,7 @@ def test_a_damaged_or_foreign_database_file_is_named(tmp_path, kb_home):
     assert nodir.code == 2 and "directory does not exist" in nodir.error["message"]
 
 
+@file_store_only("checks the modes of the object files kb creates in its home")
 def test_files_and_directories_are_private_to_their_owner(tmp_path, kb_home):
     upload(tmp_path, "secret.txt")
     for path in [kb_home, *kb_home.rglob("*")]:
