@@ -42,6 +42,9 @@ class ObjectStore(Protocol):
 
     def exists(self, key: str) -> bool: ...
 
+    def keys(self) -> Iterator[str]:
+        """The key of every object, and of leftover temporary ones."""
+
     def entries(self) -> Iterator[tuple[str, float]]:
         """(key, modification time) of every object, and of leftover temporary ones."""
 

@@ -190,6 +190,10 @@ class S3ObjectStore:
             return False
         return True
 
+    def keys(self) -> Iterator[str]:
+        for key, _modified in self.entries():
+            yield key
+
     def entries(self) -> Iterator[tuple[str, float]]:
         import obstore
 

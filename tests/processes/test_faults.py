@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import (
     db_rows,
+    file_store_only,
     kb_env,
     remove_objects,
     run_kb,
@@ -94,6 +95,7 @@ def test_a_read_only_database_is_named(tmp_path):
         assert "Traceback" not in result.stderr
 
 
+@file_store_only("only there does the parser open the object's own file; on S3 it reads its copy")
 def test_an_object_that_vanishes_after_the_download_is_an_object_read_error(tmp_path, kb_home):
     path = tmp_path / "a.txt"
     path.write_text("some words to index")

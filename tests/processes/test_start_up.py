@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.helpers import kb_env, run_in_process, run_kb
+from tests.helpers import file_store_only, kb_env, run_in_process, run_kb
 
 
 @pytest.mark.parametrize("store", ["directory", "s3"])
@@ -60,6 +60,7 @@ def test_a_closed_pipe_is_not_an_error(tmp_path):
     assert done.stderr == ""
 
 
+@file_store_only("checks the modes of the object files kb creates in its home")
 def test_a_tighter_umask_is_respected(tmp_path, kb_home):
     if os.geteuid() != 0:
         pytest.skip("a umask that takes away the owner's write bit leaves only root writing")
