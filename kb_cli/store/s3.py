@@ -23,17 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from kb_cli.errors import ObjectStoreMisconfigured, ObjectStoreUnreachable, UsageError
-from kb_cli.store.layout import (
-    COPY_BLOCK,
-    OWNER_MARKER,
-    QUARANTINE,
-    StoredObject,
-    new_key,
-    owner_of,
-    shard_of,
-    size_checked,
-    temporary_key,
-)
+from kb_cli.store import layout
 from kb_cli.store.location import S3Location
 
 if TYPE_CHECKING:
@@ -96,29 +86,29 @@ class S3ObjectStore:
 
     # --- writing --------------------------------------------------------------------
 
-    def put(self, source: BinaryIO, max_bytes: int) -> StoredObject:
+    def put(self, source: BinaryIO, max_bytes: int) -> layout.StoredObject:
         import hashlib  # here, not above: loading OpenSSL costs 5 ms of every command
 
         import obstore
 
-        key = new_key()
+        key = layout.new_key()
         digest = hashlib.sha256()
         first = _read_at_most(source, PART_BYTES + 1, max_bytes)
         digest.update(first)
         if len(first) <= PART_BYTES:
             self._create(_path(key), first)
-            return StoredObject(key, len(first), digest.hexdigest())
+            return layout.StoredObject(key, len(first), digest.hexdigest())
         size = len(first)
 
         def blocks() -> Iterator[bytes]:
             nonlocal size
             yield first
-            while block := source.read(COPY_BLOCK):
-                size = size_checked(size + len(block), max_bytes)
+            while block := source.read(layout.COPY_BLOCK):
+                size = layout.size_checked(size + len(block), max_bytes)
                 digest.update(block)
                 yield block
 
-        temporary = _path(temporary_key(key))
+        temporary = _path(layout.temporary_key(key))
         with _errors(self.location, writing=True):
             obstore.put(
                 self._s3,
@@ -132,8 +122,8 @@ class S3ObjectStore:
             with _errors(self.location, writing=True):
                 obstore.copy(self._s3, temporary, _path(key), overwrite=False)
         finally:
-            self.delete(temporary_key(key))
-        return StoredObject(key, size, digest.hexdigest())
+            self.delete(layout.temporary_key(key))
+        return layout.StoredObject(key, size, digest.hexdigest())
 
     def _create(self, path: str, data: bytes) -> None:
         """One PUT that fails rather than overwrite (`If-None-Match: *`)."""
@@ -155,7 +145,7 @@ class S3ObjectStore:
         if self.owner() is not None:
             return
         with contextlib.suppress(AlreadyExistsError):  # another upload named it first
-            self._create(f"{OWNER_MARKER}{database_id}", b"")
+            self._create(f"{layout.OWNER_MARKER}{database_id}", b"")
 
     def quarantine(self, key: str) -> None:
         """Copy to QUARANTINE/<key>, then delete; a copy that is already there (a repair
@@ -164,7 +154,7 @@ class S3ObjectStore:
         from obstore.exceptions import AlreadyExistsError
 
         with contextlib.suppress(AlreadyExistsError), _errors(self.location, writing=True):
-            obstore.copy(self._s3, _path(key), f"{QUARANTINE}/{key}", overwrite=False)
+            obstore.copy(self._s3, _path(key), f"{layout.QUARANTINE}/{key}", overwrite=False)
         self.delete(key)
 
     # --- reading --------------------------------------------------------------------
@@ -174,7 +164,7 @@ class S3ObjectStore:
 
         with _errors(self.location):
             result = obstore.get(self._s3, _path(key))
-            for block in result.stream(min_chunk_size=COPY_BLOCK):
+            for block in result.stream(min_chunk_size=layout.COPY_BLOCK):
                 yield bytes(block)
 
     def local_path(self, key: str) -> Path | None:
@@ -209,19 +199,19 @@ class S3ObjectStore:
 
         with _errors(self.location):
             top = obstore.list_with_delimiter(self._s3)
-        return owner_of(meta["path"] for meta in top["objects"])
+        return layout.owner_of(meta["path"] for meta in top["objects"])
 
 
 def _path(key: str) -> str:
-    return f"{shard_of(key)}/{key}"
+    return f"{layout.shard_of(key)}/{key}"
 
 
 def _read_at_most(source: BinaryIO, count: int, max_bytes: int) -> bytes:
     """Up to `count` bytes of `source`, within the upload limit."""
     blocks: list[bytes] = []
     size = 0
-    while size < count and (block := source.read(min(COPY_BLOCK, count - size))):
-        size = size_checked(size + len(block), max_bytes)
+    while size < count and (block := source.read(min(layout.COPY_BLOCK, count - size))):
+        size = layout.size_checked(size + len(block), max_bytes)
         blocks.append(block)
     return b"".join(blocks)
 

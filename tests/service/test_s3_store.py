@@ -19,8 +19,7 @@ from kb_cli.errors import (
     RepairRefused,
 )
 from kb_cli.services import doctor
-from kb_cli.store import open_store
-from kb_cli.store import s3 as s3_store
+from kb_cli.store import layout, open_store
 from kb_cli.store.location import S3Location
 from kb_cli.store.s3 import PART_BYTES, S3ObjectStore, classify
 from tests.helpers import db_rows, later, run_in_process
@@ -62,7 +61,7 @@ def test_put_streams_hashes_and_reads_back(store, size):
 
 @pytest.mark.parametrize("size", [1000, LARGE], ids=["small", "multipart"])
 def test_an_existing_object_is_never_overwritten(store, size, monkeypatch):
-    monkeypatch.setattr(s3_store, "new_key", lambda: "ab" * 16)  # the same key twice
+    monkeypatch.setattr(layout, "new_key", lambda: "ab" * 16)  # the same key twice
     first = store.put(io.BytesIO(b"first"), LIMIT)
     with pytest.raises(Exception, match="already exists") as refused:
         store.put(io.BytesIO(os.urandom(size)), LIMIT)
