@@ -25,7 +25,7 @@ from kb_cli.errors import (
 from kb_cli.permissions import Actor, Scope
 from kb_cli.queries import MIN_PREFIX
 from kb_cli.reranking import Reranker, make_reranker
-from kb_cli.store import FileObjectStore
+from kb_cli.store import ObjectStore, open_store
 
 MAX_ID_CHARS = 100
 
@@ -34,7 +34,7 @@ MAX_ID_CHARS = 100
 class Kb:
     settings: Settings
     db: Database
-    store: FileObjectStore
+    store: ObjectStore
     actor: Actor
     clock: Clock = field(default=SYSTEM_CLOCK)
 
@@ -58,7 +58,7 @@ class Kb:
             _prepare_sqlite_home(settings, create)
         db = Database(settings.database_url, settings.busy_timeout_seconds, settings.wake)
         db.ensure_schema()
-        store = FileObjectStore(settings.object_store)
+        store = open_store(settings.object_store)  # opened at its first read or write
         return cls(settings, db, store, Actor(actor or _login()))
 
     def acting_as(self, actor: Actor) -> Kb:

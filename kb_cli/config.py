@@ -12,6 +12,7 @@ from kb_cli.errors import UsageError
 from kb_cli.parsers import ParseLimits
 from kb_cli.reranking import PROVIDERS as RERANKERS
 from kb_cli.reranking import RerankSettings
+from kb_cli.store.location import S3Location, is_s3
 
 DEFAULT_MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
@@ -25,7 +26,7 @@ DEFAULT_CHUNK_BATCH = 500
 class Settings:
     home: Path
     database_url: str
-    object_store: Path
+    object_store: str  # an absolute directory, or s3://BUCKET/PREFIX
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     busy_timeout_seconds: float = DEFAULT_BUSY_TIMEOUT_SECONDS
     embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
@@ -85,8 +86,11 @@ def resolve_settings(
     # Absolute, so no relative path can leak into a message or a record.
     home_path = Path(home or os.environ.get("KB_HOME") or ".kb").expanduser().absolute()
     url = database_url or os.environ.get("DATABASE_URL") or f"sqlite:///{home_path / 'kb.sqlite3'}"
-    store = Path(object_store or os.environ.get("OBJECT_STORE_ROOT") or home_path / "objects")
-    store = store.expanduser().absolute()
+    store = object_store or os.environ.get("OBJECT_STORE_ROOT") or str(home_path / "objects")
+    if is_s3(store):
+        store = str(S3Location.parse(store))  # refused here when it names no valid bucket
+    else:
+        store = str(Path(store).expanduser().absolute())
     return Settings(
         home=home_path,
         database_url=url,

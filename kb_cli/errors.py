@@ -150,6 +150,17 @@ class StoreWriteError(StorageUnavailable):
     """The object store could not be written (full disk, read-only, permissions)."""
 
 
+class ObjectStoreUnreachable(StorageUnavailable):
+    """The S3-compatible object store could not be reached, timed out, failed (5xx) or
+    asked to slow down: it may recover, so a task waits and retries."""
+
+
+class ObjectStoreMisconfigured(UsageError):
+    """The S3-compatible object store refused the configuration: bad credentials, a
+    missing bucket, a wrong region. The message names the variable to fix; it passes
+    only by changing it, so a task fails for good."""
+
+
 class DocumentTooLarge(KbError):
     """A document exceeds a configured parsing limit; the message names the limit."""
 

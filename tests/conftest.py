@@ -13,7 +13,15 @@ import pytest
 
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from tests.helpers import ON_POSTGRES, STRIPPED, Result, postgres_database, run_in_process
+from tests.helpers import (
+    ON_POSTGRES,
+    ON_S3,
+    STRIPPED,
+    Result,
+    postgres_database,
+    run_in_process,
+)
+from tests.loopback import s3_server, s3_store_env
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -29,12 +37,24 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory):
         yield
 
 
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The loopback S3-compatible server of this test process, started on first use."""
+    with s3_server() as endpoint:
+        yield endpoint
+
+
 @pytest.fixture(autouse=True)
-def kb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def kb_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[Path]:
     for name in STRIPPED:
         monkeypatch.delenv(name, raising=False)
     home = tmp_path / "kbhome"
     monkeypatch.setenv("KB_HOME", str(home))
+    if ON_S3:
+        for name, value in s3_store_env(request.getfixturevalue("s3_endpoint")).items():
+            monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
     if not ON_POSTGRES:
         yield home

@@ -48,6 +48,22 @@ STRIPPED = (
     "KB_POLL_SECONDS",
     "KB_WAKE",
     "KB_RELAY_SECRET",
+    # An S3 store's place and keys: a test never reaches a real bucket by accident.
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+)
+# What puts a test's object store on the loopback S3 server (tests/conftest.py).
+S3_VARIABLES = (
+    "OBJECT_STORE_ROOT",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
 )
 
 # Set by .ci/run for the second pass of the suite: every test then gets a database of
@@ -55,6 +71,16 @@ STRIPPED = (
 POSTGRES_ADMIN_URL = os.environ.get("KB_TEST_POSTGRES_URL")
 ON_POSTGRES = bool(POSTGRES_ADMIN_URL)
 sqlite_only = pytest.mark.skipif(ON_POSTGRES, reason="about the SQLite file itself")
+# Set by .ci/run for the PostgreSQL pass too: every test's object store is then a prefix
+# of its own in a bucket on a loopback S3-compatible server (moto), which the fixtures
+# start, instead of a directory in its home.
+ON_S3 = os.environ.get("KB_TEST_OBJECT_STORE") == "s3"
+
+
+def file_store_only(reason: str) -> pytest.MarkDecorator:
+    """For the few tests that handle the store's files themselves."""
+    return pytest.mark.skipif(ON_S3, reason=f"handles object files on disk: {reason}")
+
 
 T = TypeVar("T")
 
@@ -182,6 +208,8 @@ def clean_env(keep_engine: bool = True, **values: str | Path | None) -> dict[str
         env.pop(name, None)
     if keep_engine and ON_POSTGRES and "DATABASE_URL" in os.environ:  # not in module fixtures
         env["DATABASE_URL"] = os.environ["DATABASE_URL"]
+    if keep_engine and ON_S3 and "OBJECT_STORE_ROOT" in os.environ:
+        env.update({name: os.environ[name] for name in S3_VARIABLES})
     for name, value in values.items():
         if value is not None:
             env[name] = str(value)
@@ -208,6 +236,30 @@ def hits(invoke, query: str) -> list[dict]:
     result = invoke("search", query, "--json")
     assert result.code == 0, result.stderr
     return result.records
+
+
+# --- the test's object store -----------------------------------------------------------
+
+
+def object_keys(location: str | None = None) -> list[str]:
+    """The keys in the test's object store (or the one at `location`), whichever kind it
+    is; leftover temporary objects included, the quarantine not."""
+    from kb_cli.config import resolve_settings
+    from kb_cli.store import open_store
+
+    store = open_store(location or resolve_settings().object_store)
+    return sorted(key for key, _modified in store.entries())
+
+
+def remove_objects(location: str | None = None) -> None:
+    """Take every object out of the test's store (or the one at `location`), behind kb's
+    back: a disk or a bucket that lost them."""
+    from kb_cli.config import resolve_settings
+    from kb_cli.store import open_store
+
+    store = open_store(location or resolve_settings().object_store)
+    for key in object_keys(location):
+        store.delete(key)
 
 
 # --- the test's database ---------------------------------------------------------------

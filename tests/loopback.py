@@ -52,3 +52,49 @@ class FlakyEmbeddings(JsonHandler):
             return
         data = [{"index": i, "embedding": [1.0, len(t) % 5 + 1.0]} for i, t in enumerate(texts)]
         self.send_json(200, {"data": data, "model": "flaky"})
+
+
+TEST_BUCKET = "kb-tests"
+# moto accepts any keys unless told otherwise (tests/service/test_s3_store.py does).
+TEST_KEYS = {"AWS_ACCESS_KEY_ID": "kb-test-key-id", "AWS_SECRET_ACCESS_KEY": "kb-test-secret"}
+
+
+@contextlib.contextmanager
+def s3_server() -> Iterator[str]:
+    """An S3-compatible server (moto) on a free loopback port, with TEST_BUCKET; yields
+    its endpoint URL. Its objects live in this process's memory until the block ends."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    create_bucket(endpoint, TEST_BUCKET)
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    """What `aws s3 mb` does; moto needs no signature for it."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def s3_store_env(endpoint: str, bucket: str = TEST_BUCKET) -> dict[str, str]:
+    """The variables that put kb's object store on a fresh prefix of `bucket`."""
+    import uuid
+
+    return {
+        "OBJECT_STORE_ROOT": f"s3://{bucket}/{uuid.uuid4().hex[:12]}",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": "us-east-1",
+        **TEST_KEYS,
+    }

@@ -71,9 +71,11 @@ def main_options(
         str | None,
         typer.Option(
             "--object-store",
-            metavar="DIR",
+            metavar="DIR|s3://BUCKET/PREFIX",
             envvar="OBJECT_STORE_ROOT",
-            help="The directory where uploaded files are stored (default HOME/objects).",
+            help="Where uploaded files are stored: a directory (default HOME/objects), or an "
+            "S3-compatible bucket prefix (endpoint and credentials from AWS_ENDPOINT_URL, "
+            "AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).",
         ),
     ] = None,
     version: Annotated[

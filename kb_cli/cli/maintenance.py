@@ -142,7 +142,7 @@ def db_upgrade(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     from kb_cli.db import Database
     from kb_cli.permissions import Actor
     from kb_cli.services import access
-    from kb_cli.store import FileObjectStore
+    from kb_cli.store import open_store
 
     settings = settings_of(ctx)
     if settings.database_url.startswith("sqlite"):
@@ -152,7 +152,7 @@ def db_upgrade(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     with database.read() as conn:
         existing = database.schema_version(conn)
     if existing is not None:  # a fresh database has no users yet: open mode
-        store = FileObjectStore(settings.object_store)  # named, never opened
+        store = open_store(settings.object_store)  # named, never opened
         access.authorize(Kb(settings, database, store, Actor("kb")), Rule("db", ADMINS))
     before, after = database.upgrade()
     console.print_upgrade(before, after, json_out)

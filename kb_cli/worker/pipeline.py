@@ -9,11 +9,14 @@ starts at the embedding stage.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from kb_cli import artefacts
 from kb_cli.app import Kb
@@ -22,6 +25,8 @@ from kb_cli.embeddings import to_blob
 from kb_cli.errors import (
     DocumentTooLarge,
     KbError,
+    ObjectStoreMisconfigured,
+    ObjectStoreUnreachable,
     ProviderRejected,
     ProviderUnavailable,
     TaskFailure,
@@ -106,7 +111,8 @@ class Pipeline:
         parser_key = artefacts.parser_key(document.content_type)
         chunks = self.reuse(parser_key)
         if chunks is None:
-            chunks = self.parse(self.download(document), document.content_type)
+            with self.download(document) as path:
+                chunks = self.parse(path, document.content_type)
             self.sink.save_parse(parser_key, artefacts.encode(chunks), len(chunks))
         chunks = with_context(chunks, document.filename)
         return self.index(chunks, self.embed(chunks))
@@ -124,8 +130,26 @@ class Pipeline:
     def report(self, stage: Stage, done: int, total: int) -> None:
         self.reporter.report(stage, done, total)
 
-    def download(self, document: Row) -> Path:
-        """Stream the stored object and check it against the checksum taken at upload."""
+    @contextlib.contextmanager
+    def download(self, document: Row) -> Iterator[Path]:
+        """Stream the stored object and check it against the checksum taken at upload;
+        the file the parser reads: the object itself when the store is a directory, else
+        a private copy written while streaming, removed after the parse."""
+        local = self.kb.store.local_path(document.object_key)
+        if local is not None:
+            self._fetch(document, None)
+            yield local
+            return
+        with self._private_folder() as folder:
+            copy = folder / "object"
+            try:
+                with open(copy, "wb") as out:
+                    self._fetch(document, out)
+            except OSError as error:  # the copy's disk is full or read-only
+                raise _read_failure(error) from error
+            yield copy
+
+    def _fetch(self, document: Row, out: BinaryIO | None) -> None:
         total = document.size_bytes
         self.report(Stage.DOWNLOAD, 0, total)
         digest = hashlib.sha256()
@@ -133,10 +157,16 @@ class Pipeline:
         try:
             for block in self.kb.store.read_blocks(document.object_key):
                 digest.update(block)
+                if out is not None:
+                    out.write(block)
                 done += len(block)
                 self.report(Stage.DOWNLOAD, done, total)
         except OSError as error:
             raise _read_failure(error) from error
+        except ObjectStoreUnreachable as error:  # it may come back: wait and retry
+            raise TaskFailure(ErrorCode.OBJECT_READ_ERROR, error_detail(error)) from error
+        except ObjectStoreMisconfigured as error:  # only a person can fix it
+            raise TaskFailure(ErrorCode.INTERNAL_ERROR, error_detail(error)) from error
         if digest.hexdigest() != document.sha256:
             raise TaskFailure(
                 ErrorCode.OBJECT_READ_ERROR,
@@ -144,7 +174,16 @@ class Pipeline:
             )
         if total == 0:
             self.report(Stage.DOWNLOAD, 0, 0)
-        return self.kb.store.local_path(document.object_key)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _private_folder() -> Iterator[Path]:
+        try:
+            folder = tempfile.TemporaryDirectory(prefix="kb-download-")
+        except OSError as error:
+            raise _read_failure(error) from error
+        with folder as name:
+            yield Path(name)
 
     def parse(self, path: Path, content_type: str) -> list[ChunkText]:
         """Parse and chunk within the configured limits; a stop or a cancel is noticed

@@ -6,7 +6,14 @@ import os
 
 import pytest
 
-from tests.helpers import ON_POSTGRES, POSTGRES_ADMIN_URL, kb_env, run_in_process, sqlite_only
+from tests.helpers import (
+    ON_POSTGRES,
+    POSTGRES_ADMIN_URL,
+    kb_env,
+    remove_objects,
+    run_in_process,
+    sqlite_only,
+)
 
 
 def no_traceback(result) -> None:
@@ -53,9 +60,7 @@ def test_missing_object_detail_has_no_path_even_with_a_relative_home(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("words")
     run_in_process("upload", str(path), "--submit", env=env)
-    for stored in (tmp_path / ".kb" / "objects").rglob("*"):
-        if stored.is_file():
-            stored.unlink()
+    remove_objects(env.get("OBJECT_STORE_ROOT") or str(tmp_path / ".kb" / "objects"))
     task = run_in_process("work", "--json", "--max-attempts", "1", env=env).record["task"]
     assert task["error_code"] == "object_read_error"
     assert "/" not in task["error_detail"] and ".kb" not in task["error_detail"]

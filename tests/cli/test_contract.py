@@ -35,6 +35,7 @@ from tests.helpers import (
     clean_env,
     doc_of,
     kb_json,
+    object_keys,
     run_in_process,
     sqlite_only,
 )
@@ -230,7 +231,7 @@ def test_unsupported_extension_stores_nothing(tmp_path: Path, kb_home: Path):
     kb_error("upload", good, bad, exit=6, code="invalid_input")
     kb_error("upload", bad, "--submit", exit=6, code="invalid_input")
     assert kb_json("status") == []
-    assert not object_files(kb_home / "objects")
+    assert object_keys() == []
 
 
 # --- 3. records, 5. upload / submit / work / publish / search ---------------------------------
@@ -262,7 +263,7 @@ def test_upload_several_files_prints_document_records(tmp_path: Path, kb_home: P
 
     listed = kb_json("status")
     assert {r["document_id"] for r in listed} == {r["document_id"] for r in records}
-    assert len(object_files(kb_home / "objects")) >= 1
+    assert len(object_keys()) == len(files)
 
 
 def test_submit_work_publish_search(tmp_path: Path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.docgen import make_pptx
-from tests.helpers import SAMPLES, hits, publish
+from tests.helpers import SAMPLES, hits, object_keys, publish
 
 FORMATS = SAMPLES / "formats"
 NEW_SAMPLES = [
@@ -101,9 +101,7 @@ def test_content_decides_over_the_name(invoke, tmp_path: Path):
 
 
 @pytest.mark.parametrize(("name", "convert_to"), [("minutes.doc", ".docx"), ("costs.xls", ".xlsx")])
-def test_a_legacy_office_file_says_what_to_convert_it_to(
-    invoke, kb_home, tmp_path, name, convert_to
-):
+def test_a_legacy_office_file_says_what_to_convert_it_to(invoke, tmp_path, name, convert_to):
     legacy = tmp_path / name
     legacy.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 504)
     good = SAMPLES / "product-roadmap.pptx"
@@ -111,7 +109,7 @@ def test_a_legacy_office_file_says_what_to_convert_it_to(
     assert result.code == 6, result.stderr
     assert "invalid_input" in result.stderr and f"save it as {convert_to}" in result.stderr
     assert invoke("status", "--json").records == []  # nothing stored, not even the deck
-    assert not [path for path in (kb_home / "objects").rglob("*") if path.is_file()]
+    assert object_keys() == []
 
 
 def test_an_unknown_binary_is_refused_whatever_its_name(invoke, tmp_path):

@@ -8,7 +8,17 @@ import stat
 import time
 from pathlib import Path
 
-from tests.helpers import ON_POSTGRES, kb_env, run_in_process, sqlite_only
+from tests.helpers import (
+    ON_POSTGRES,
+    file_store_only,
+    kb_env,
+    remove_objects,
+    run_in_process,
+    sqlite_only,
+)
+
+# The same rules on a bucket prefix: tests/service/test_s3_store.py.
+on_disk = file_store_only("plants, dates and counts files in the store directory")
 
 
 def upload(tmp_path: Path, name: str, env: dict | None = None) -> dict:
@@ -32,6 +42,7 @@ def age_objects(store: Path) -> None:
             os.utime(path, (old, old))
 
 
+@on_disk
 def test_repair_refuses_a_store_that_belongs_to_another_database(tmp_path, kb_home):
     for name in ("a.txt", "b.txt", "c.txt"):
         upload(tmp_path, name)
@@ -56,6 +67,7 @@ def test_repair_refuses_a_store_that_belongs_to_another_database(tmp_path, kb_ho
     assert [problem["kind"] for problem in own] == ["orphan_object"]  # theirs; ours all there
 
 
+@on_disk
 def test_repair_refuses_a_database_without_documents(tmp_path, kb_home):
     upload(tmp_path, "a.txt")
     store = kb_home / "objects"
@@ -69,6 +81,7 @@ def test_repair_refuses_a_database_without_documents(tmp_path, kb_home):
     assert len(stored_objects(store)) == 1 and not (store / "quarantine").exists()
 
 
+@on_disk
 def test_repair_moves_orphans_to_the_quarantine_and_never_deletes_them(tmp_path, kb_home):
     upload(tmp_path, "kept.txt")
     store = kb_home / "objects"
@@ -85,6 +98,7 @@ def test_repair_moves_orphans_to_the_quarantine_and_never_deletes_them(tmp_path,
     assert run_in_process("doctor", "--json").code == 0  # the quarantine is not an orphan
 
 
+@on_disk
 def test_a_store_from_before_owner_markers_is_adopted_when_it_holds_our_objects(tmp_path, kb_home):
     upload(tmp_path, "a.txt")
     store = kb_home / "objects"
@@ -100,9 +114,7 @@ def test_a_store_from_before_owner_markers_is_adopted_when_it_holds_our_objects(
 
 def test_doctor_names_the_document_of_a_missing_object(tmp_path, kb_home):
     document = upload(tmp_path, "gone.txt")
-    for path in (kb_home / "objects").rglob("*"):
-        if path.is_file() and len(path.name) == 32:
-            path.unlink()
+    remove_objects()
     found = run_in_process("doctor", "--json")
     [problem] = json.loads(found.stdout)["problems"]
     assert problem["kind"] == "missing_object"
@@ -111,6 +123,7 @@ def test_doctor_names_the_document_of_a_missing_object(tmp_path, kb_home):
 
 
 @sqlite_only
+@on_disk
 def test_an_emptied_database_file_is_an_error_not_a_new_knowledge_base(tmp_path, kb_home):
     upload(tmp_path, "a.txt")
     database = kb_home / "kb.sqlite3"
@@ -144,6 +157,7 @@ def test_a_damaged_or_foreign_database_file_is_named(tmp_path, kb_home):
     assert nodir.code == 2 and "directory does not exist" in nodir.error["message"]
 
 
+@file_store_only("checks the modes of the object files kb creates in its home")
 def test_files_and_directories_are_private_to_their_owner(tmp_path, kb_home):
     upload(tmp_path, "secret.txt")
     for path in [kb_home, *kb_home.rglob("*")]:

@@ -9,7 +9,7 @@ import re
 import pytest
 from rich.cells import cell_len
 
-from tests.helpers import kb_env, run_in_process
+from tests.helpers import file_store_only, kb_env, run_in_process
 
 HELP_COLUMNS = 80
 BOX = re.compile(r"[│╭╮╰╯─]")
@@ -56,6 +56,7 @@ def _first_box(lines: list[str]) -> int:
     return next((i for i, line in enumerate(lines) if line.startswith("╭")), len(lines))
 
 
+@file_store_only("looks for the file in the other home's object directory")
 def test_global_options_after_the_command_are_the_same_as_before_it(tmp_path):
     other = tmp_path / "other"
     database = f"sqlite:///{other / 'kb.sqlite3'}"

@@ -19,6 +19,7 @@ from kb_cli.worker import Worker, WorkerOptions
 from tests.helpers import (
     ON_POSTGRES,
     db_rows,
+    file_store_only,
     later,
     run_kb,
     start_kb,
@@ -184,6 +185,7 @@ def test_second_signal_exits_at_once(tmp_path, kb_home):
     assert task_row(kb_home, task["task_id"])["status"] == "running"  # the lease will expire
 
 
+@file_store_only("hides the object by renaming its file, then puts it back")
 def test_transient_read_error_waits_then_succeeds(tmp_path, kb_home):
     task = submit_text(tmp_path)
     objects = [p for p in (kb_home / "objects").rglob("*") if p.is_file()]
@@ -235,6 +237,7 @@ def test_eight_workers_drain_many_documents_exactly_once(tmp_path, kb_home):
     doctor_is_clean()
 
 
+@file_store_only("plants an orphan file dated an hour back (test_s3_store.py: the bucket's)")
 def test_doctor_finds_and_repairs_what_is_safe(tmp_path, kb_home):
     task = submit_text(tmp_path)
     victim = start_kb("work", "--stage-delay", "0.15")

@@ -14,7 +14,9 @@ import pytest
 
 from tests.helpers import (
     db_rows,
+    file_store_only,
     kb_env,
+    remove_objects,
     run_kb,
     sqlite_only,
     start_kb,
@@ -93,6 +95,7 @@ def test_a_read_only_database_is_named(tmp_path):
         assert "Traceback" not in result.stderr
 
 
+@file_store_only("only there does the parser open the object's own file; on S3 it reads its copy")
 def test_an_object_that_vanishes_after_the_download_is_an_object_read_error(tmp_path, kb_home):
     path = tmp_path / "a.txt"
     path.write_text("some words to index")
@@ -107,9 +110,7 @@ def test_an_object_that_vanishes_after_the_download_is_an_object_read_error(tmp_
     wait_until(
         at_the_parse, timeout=30, interval=0.02, message="the worker never reached the parse"
     )
-    for stored in (kb_home / "objects").rglob("*"):
-        if stored.is_file():
-            stored.unlink()  # after the download checked it, before the parser opens it
+    remove_objects()  # after the download checked it, before the parser opens it
     out, err = worker.communicate(timeout=30)
     [row] = db_rows(
         "SELECT status, stage, error_code, error_detail FROM ingestion_tasks WHERE id = :id",

@@ -14,7 +14,7 @@ from kb_cli.services import doctor, removal, tasks
 from kb_cli.services import documents as docs
 from kb_cli.services import search as search_service
 from kb_cli.worker import Worker, WorkerOptions
-from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until
+from tests.helpers import db_rows, kb_env, object_keys, run_kb, start_kb, wait_until
 from tests.terminal import run_in_terminal
 
 SECTIONS = 400
@@ -109,7 +109,7 @@ def test_a_delete_killed_part_way_is_finished_by_doctor_repair(tmp_path, kb_home
     repaired = run_kb("doctor", "--repair", "--json", env=env)
     assert repaired.code == 0, repaired.stdout
     assert leftovers(task["document_id"]) == {"documents": 0, "chunks": 0, "ingestion_tasks": 0}
-    assert [p for p in (kb_home / "objects").rglob("*") if p.is_file()] == []
+    assert object_keys() == []
     assert run_kb("doctor", "--json", env=env).code == 0
 
 

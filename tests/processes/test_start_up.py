@@ -11,28 +11,32 @@ import sys
 
 import pytest
 
-from tests.helpers import kb_env, run_in_process, run_kb
+from tests.helpers import file_store_only, kb_env, run_in_process, run_kb
 
 # The parsers of PPTX, XLSX, CSV, HTML, mail and EPUB, content detection and the zip
 # package reader: none of them is needed to show help or status.
 NEW_PARSERS = ("slides", "sheets", "delimited", "html_page", "mail", "epub", "detect", "package")
 
 
+@pytest.mark.parametrize("store", ["directory", "s3"])
 @pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--json"]])
-def test_help_and_status_import_no_model(args):
-    """numpy, the tokenizer, jieba and the parsers load only where they are used."""
+def test_help_and_status_import_no_model(args, store):
+    """numpy, the tokenizer, jieba, the parsers and the S3 client load only where they are
+    used; `kb status` on an S3 store never opens it."""
     # the schema exists (creating it loads SQLAlchemy)
     assert run_in_process("db", "upgrade").code == 0
     code = (
         f"import sys\nfrom kb_cli.cli import main\nPARSERS = {NEW_PARSERS!r}\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy', 'lxml',\n"
-        "         'kb_cli.artefacts', 'kb_cli.services.relay', 'kb_cli.services.events'}\n"
+        "         'obstore', 'kb_cli.artefacts', 'kb_cli.services.relay',\n"
+        "         'kb_cli.services.events'}\n"
         "heavy |= {f'kb_cli.parsers.{name}' for name in PARSERS}\n"
         "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
     )
+    env = kb_env(OBJECT_STORE_ROOT="s3://kb-tests/start-up") if store == "s3" else kb_env()
     done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, env=env
     )
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
@@ -63,6 +67,7 @@ def test_a_closed_pipe_is_not_an_error(tmp_path):
     assert done.stderr == ""
 
 
+@file_store_only("checks the modes of the object files kb creates in its home")
 def test_a_tighter_umask_is_respected(tmp_path, kb_home):
     if os.geteuid() != 0:
         pytest.skip("a umask that takes away the owner's write bit leaves only root writing")

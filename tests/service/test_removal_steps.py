@@ -10,7 +10,7 @@ import pytest
 from kb_cli.services import doctor, removal, search
 from kb_cli.services import documents as docs
 from kb_cli.worker import Worker, WorkerOptions
-from tests.helpers import db_rows
+from tests.helpers import db_rows, object_keys
 
 
 @pytest.mark.parametrize("done", range(len(removal.STEPS) + 1))
@@ -35,5 +35,5 @@ def test_a_delete_stopped_after_any_step_is_finished_by_repair(kb, tmp_path, kb_
         assert report.ok
     for table in ("documents", "chunks", "ingestion_tasks"):
         assert db_rows(f"SELECT id FROM {table}") == [], table
-    assert [p for p in (kb_home / "objects").rglob("*") if p.is_file()] == []
+    assert object_keys() == []
     assert db_rows("SELECT id FROM deleted_documents") == [{"id": task.document_id}]

@@ -1,4 +1,4 @@
-"""Object store: immutable blobs under generated keys, written atomically.
+"""The object store on a directory: immutable blobs under generated keys, written atomically.
 
 Keys never contain the user's filename. A blob is streamed to a temporary file in the
 store's own directory (same filesystem), hashed while copying, fsynced, then renamed
@@ -15,24 +15,21 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from kb_cli.errors import ObjectTooLarge, StoreWriteError
-
-COPY_BLOCK = 1024 * 1024
-OWNER_MARKER = "owner."  # + the database id, as the name of an empty directory
-QUARANTINE = "quarantine"
-
-
-@dataclass(frozen=True)
-class StoredObject:
-    key: str
-    size_bytes: int
-    sha256: str
+from kb_cli.errors import StoreWriteError
+from kb_cli.store.layout import (
+    COPY_BLOCK,
+    OWNER_MARKER,
+    QUARANTINE,
+    StoredObject,
+    new_key,
+    owner_of,
+    shard_of,
+    size_checked,
+)
 
 
 class FileObjectStore:
@@ -42,13 +39,12 @@ class FileObjectStore:
         self.root = root
 
     def _path(self, key: str) -> Path:
-        shard = key.lstrip(".")[:2]  # leftover temporary files are ".<key>.tmp"
-        return self.root / shard / key
+        return self.root / shard_of(key) / key
 
     def put(self, source: BinaryIO, max_bytes: int) -> StoredObject:
         import hashlib  # here, not above: loading OpenSSL costs 5 ms of every command
 
-        key = uuid.uuid4().hex
+        key = new_key()
         final = self._path(key)
         with _writing():
             final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -60,9 +56,7 @@ class FileObjectStore:
                 out = os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
             with out:
                 while block := source.read(COPY_BLOCK):  # a read error is the source's
-                    size += len(block)
-                    if size > max_bytes:
-                        raise ObjectTooLarge(f"file is larger than the limit of {max_bytes} bytes")
+                    size = size_checked(size + len(block), max_bytes)
                     digest.update(block)
                     with _writing():
                         out.write(block)
@@ -83,8 +77,8 @@ class FileObjectStore:
             while block := source.read(COPY_BLOCK):
                 yield block
 
-    def local_path(self, key: str) -> Path:
-        """Where parsers can open the object directly (filesystem store only)."""
+    def local_path(self, key: str) -> Path | None:
+        """Where parsers can open the object directly."""
         return self._path(key)
 
     def exists(self, key: str) -> bool:
@@ -110,13 +104,9 @@ class FileObjectStore:
     def owner(self) -> str | None:
         """The id of the database this store belongs to, None if it names none yet."""
         try:
-            names = [entry.name for entry in self.root.iterdir() if entry.is_dir()]
+            return owner_of(entry.name for entry in self.root.iterdir() if entry.is_dir())
         except FileNotFoundError:
             return None
-        owners = sorted(
-            name[len(OWNER_MARKER) :] for name in names if name.startswith(OWNER_MARKER)
-        )
-        return ",".join(owners) or None  # two owners match no database: nothing is touched
 
     def claim(self, database_id: str) -> None:
         """Name `database_id` as this store's owner, unless the store names one already.
