@@ -71,11 +71,10 @@ def main_options(
         str | None,
         typer.Option(
             "--object-store",
-            metavar="DIR|s3://BUCKET/PREFIX",
+            metavar="DIR|URL",
             envvar="OBJECT_STORE_ROOT",
-            help="Where uploaded files are stored: a directory (default HOME/objects), or an "
-            "S3-compatible bucket prefix (endpoint and credentials from AWS_ENDPOINT_URL, "
-            "AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).",
+            help="Where uploaded files are stored: a directory (default HOME/objects) or "
+            "s3://BUCKET/PREFIX (endpoint and keys from the AWS_* variables).",
         ),
     ] = None,
     version: Annotated[
