@@ -246,7 +246,8 @@ def wait_for_parse(task_id: str) -> None:
 def test_a_stop_or_cancel_ends_a_long_parse_within_two_seconds(tmp_path, how):
     path = tmp_path / "slow.docx"
     path.write_bytes(many_paragraph_docx(1_000_000))
-    env = kb_env(KB_EMBEDDINGS="none")
+    # Under the default memory limit this parse would end by itself before the stop.
+    env = kb_env(KB_EMBEDDINGS="none", KB_PARSE_MAX_MEMORY_MB="2048")
     task = run_kb("upload", str(path), "--submit", "--json", env=env).record
     worker = start_kb("work", "--json", env=env)
     wait_for_parse(task["task_id"])
