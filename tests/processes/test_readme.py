@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import REPO, SAMPLES, clean_env
+from tests.helpers import ON_S3, REPO, SAMPLES, clean_env
 
 # `uv run kb ARGS` as the README writes it, run by this interpreter: what is tested is
 # the commands, not uv's resolution of the environment (a fresh .venv per test run).
@@ -49,7 +49,8 @@ def test_the_first_block_runs_as_pasted(tmp_path: Path):
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert (clone / ".kb").is_dir()  # ./.kb of the clone's root, as the README says
+    if not ON_S3:  # on PostgreSQL with the objects in S3 nothing is written in a home
+        assert (clone / ".kb").is_dir()  # ./.kb of the clone's root, as the README says
     published = re.findall(r'^document \S+ file="([^"]+)" status=published', done.stdout, re.M)
     assert {"handbook.pdf", "faq.txt"} <= set(published)
     assert re.search(r"^\S+ handbook\.pdf rev=1 chunk=0", done.stdout, re.M)  # the search hit
