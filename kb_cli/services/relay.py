@@ -45,6 +45,15 @@ class Webhook:
         parts = urllib.parse.urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError("--webhook must be an http:// or https:// URL")
+        if parts.username or parts.password:  # http.client would never send them
+            raise UsageError(
+                "--webhook must not carry a user or password: the receiver checks "
+                "the X-Kb-Signature header (--secret) instead"
+            )
+        try:
+            parts.port  # noqa: B018 (parsing it is the check)
+        except ValueError:
+            raise UsageError("--webhook has a port that is not a number") from None
 
     @property
     def host(self) -> str:

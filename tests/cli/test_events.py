@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import check_error, db_rows, is_rfc3339_utc
 
 EVENT_FIELDS = {"event_id", "type", "document_id", "task_id", "base", "at", "data"}
@@ -107,5 +109,10 @@ def test_a_caller_sees_only_the_events_of_bases_it_may_read(invoke, tmp_path):
     check_error(relay, 5, "forbidden")
 
 
-def test_relay_refuses_a_webhook_that_is_not_http(invoke):
-    check_error(invoke("relay", "--webhook", "ftp://example.com/x", "--json"), 2, "usage")
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/x", "https://user:secret@example.com/x", "http://example.com:abc/"]
+)
+def test_relay_refuses_a_webhook_it_could_not_post_to(invoke, url):
+    result = invoke("relay", "--webhook", url, "--json")
+    check_error(result, 2, "usage")
+    assert "secret" not in result.stderr.replace("--secret", "")
