@@ -16,7 +16,6 @@ and deleting the document remove it too; `kb doctor` reports any other as stray.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 
 from kb_cli.chunking import OVERLAP_CHARS, TARGET_CHARS, ChunkText
@@ -29,12 +28,9 @@ def parser_key(content_type: str) -> str:
     """What besides the file's bytes decides its chunks, as one comparable string."""
     key = f"v{PARSER_VERSION};{content_type};chunks={TARGET_CHARS}/{OVERLAP_CHARS}"
     if content_type == _PDF:
-        from kb_cli.parsers.pdf import pdfium_available
+        from kb_cli.parsers import pdf
 
-        backend = os.environ.get("KB_PDF_BACKEND", "auto")
-        if backend == "auto":
-            backend = "auto-pdfium" if pdfium_available() else "auto-pypdf"
-        key += f";pdf={backend}"
+        key += f";pdf={pdf.backend()}"
     return key
 
 

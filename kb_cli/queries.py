@@ -252,13 +252,14 @@ def insert_event(
     conn: Connection, kind: str, document_id: str, task_id: str | None, data: dict, at: str
 ) -> None:
     """A lifecycle event of the document (and task), with the document's base, in the
-    caller's transaction; its watchers are woken at commit. Its id orders it after
-    every earlier event of the same document: the row locks of the change it records
-    are already held."""
+    caller's transaction; its watchers are woken at commit. The document's row is
+    locked before the id is taken, so two transactions with events of one document
+    take their ids in the order they commit (a worker's completion holds the task's
+    lock, not yet the document's, when it writes `task.succeeded`)."""
     conn.execute(
         f"INSERT INTO {OUTBOX} (topic, entity_id, document_id, task_id, base, payload, "
         "created_at) SELECT :topic, :entity_id, d.id, :task_id, d.base, :payload, :at "
-        f"FROM {DOCUMENTS} AS d WHERE d.id = :document_id",
+        f"FROM {DOCUMENTS} AS d WHERE d.id = :document_id{conn.engine.LOCK_ROW}",
         {
             "topic": kind,
             "entity_id": task_id or document_id,

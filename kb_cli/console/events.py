@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from kb_cli.console.core import emit, log, write_json
+from kb_cli.console.core import cut_to, emit, is_fancy, log, short, visible, write_json
 from kb_cli.records import EventRecord
 
 if TYPE_CHECKING:
@@ -21,10 +22,23 @@ def event_line(event: EventRecord) -> str:
     return f"{event.event_id} {event.at} {event.type} base={event.base} {subject} {data}"
 
 
+def terminal_event_line(event: EventRecord, width: int) -> str:
+    """The same event for a person: its time of day, short ids and what changed, cut
+    to the terminal's width (the full record is `--json` or piped output)."""
+    subject = f"document {short(event.document_id)}"
+    if event.task_id:
+        subject += f" task {short(event.task_id)}"
+    status = event.data.get("error_code") or event.data.get("status") or ""
+    line = f"{event.event_id} {event.at[11:19]} {event.type} {event.base} {subject} {status}"
+    return cut_to(visible(line.rstrip()), width)
+
+
 def print_event(event: EventRecord, as_json: bool) -> None:
     """One event as soon as it is read: a follower's reader sees it at once."""
     if as_json:
         write_json(event)
+    elif is_fancy(sys.stdout):
+        emit(terminal_event_line(event, shutil.get_terminal_size().columns))
     else:
         emit(event_line(event))
     sys.stdout.flush()

@@ -26,14 +26,20 @@ def preload() -> None:
         import pypdfium2  # noqa: F401
 
 
+def backend() -> str:
+    """`pypdf`, `pdfium`, or `auto` (pdfium, falling back to pypdf on a parse error),
+    as KB_PDF_BACKEND asks and the installed packages allow."""
+    chosen = os.environ.get("KB_PDF_BACKEND", "auto")
+    return "pypdf" if chosen == "auto" and not pdfium_available() else chosen
+
+
 def parse(path: Path, on_progress: ProgressCallback, budget: Budget) -> list[Block]:
-    backend = os.environ.get("KB_PDF_BACKEND", "auto")
-    if backend == "pypdf" or (backend == "auto" and not pdfium_available()):
+    if backend() == "pypdf":
         return parse_with_pypdf(path, on_progress, budget)
     try:
         return parse_with_pdfium(path, on_progress, Budget(budget.limits))
     except ParseError:
-        if backend == "pdfium":
+        if backend() == "pdfium":
             raise
         return parse_with_pypdf(path, on_progress, budget)
 

@@ -227,3 +227,16 @@ def test_control_characters_in_file_names_are_escaped_on_a_terminal(tmp_path):
     assert "\\x1b[31mred" in text and "\\n" in text
     # the newline did not start a row of its own: no line begins with the forged text
     assert not [line for line in text.splitlines() if line.lstrip("│ ").startswith("forged")]
+
+
+def test_events_on_a_terminal_fit_one_line_each(tmp_path):
+    task = upload(tmp_path, "note.md", "# Note\n\nSome words to index.\n", "--submit")
+    assert run_kb("work", "--json").code == 0
+    events = run_kb("events", "--json").records
+    assert len(events) == 3  # queued, succeeded, review_pending
+    code, screen = run_in_terminal("events", COLUMNS="80")
+    lines = [line for line in assert_fits(screen, 80) if line.strip()]
+    assert code == 0 and len(lines) == len(events)
+    for line, event in zip(lines, events, strict=True):
+        assert line.startswith(f"{event['event_id']} ") and event["type"] in line
+        assert task["document_id"][:8] in line

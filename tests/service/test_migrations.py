@@ -37,3 +37,38 @@ def test_a_newer_schema_is_refused_with_a_clear_error():
     assert result.code == 1
     assert "newer than this kb knows" in result.error["message"]
     assert "Traceback" not in result.stderr
+
+
+def test_old_queued_events_of_deleted_documents_keep_their_base():
+    """Before lifecycle events (0010), a submit wrote `ingestion_task.queued` naming the
+    task; once its document was deleted the task is gone, and the event's document and
+    base come from its payload and the document's tombstone."""
+    from sqlalchemy import text
+
+    from kb_cli.config import resolve_settings
+
+    settings = resolve_settings()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    database = Database(settings.database_url, settings.busy_timeout_seconds)
+    engine = database.engine.sqlalchemy_engine(settings.database_url, 5.0)
+    document, task, now = "d" * 8 + "-0000-0000-0000-000000000002", "t" * 36, "2026-01-01T00:00:00Z"
+    with engine.begin() as conn:
+        migrations.upgrade(conn, "0009_stage_artefacts")
+        conn.execute(
+            text(
+                "INSERT INTO deleted_documents VALUES "
+                "(:id, 'finance', 'gone.txt', '[]', :now, 'alice')"
+            ),
+            {"id": document, "now": now},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO outbox_events (topic, entity_id, payload, created_at) "
+                "VALUES ('ingestion_task.queued', :task, :payload, :now)"
+            ),
+            {"task": task, "now": now, "payload": f'{{"document_id": "{document}"}}'},
+        )
+        migrations.upgrade(conn)
+        [row] = conn.execute(text("SELECT topic, document_id, base FROM outbox_events")).all()
+    engine.dispose()
+    assert tuple(row) == ("task.queued", document, "finance")

@@ -12,6 +12,8 @@ Revision ID: 0010_events
 Revises: 0009_stage_artefacts
 """
 
+import json
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -34,6 +36,7 @@ def upgrade() -> None:
         "WHERE topic = 'ingestion_task.queued'"
     )
     op.execute("UPDATE outbox_events SET document_id = entity_id WHERE topic = 'document.deleted'")
+    _documents_of_deleted_tasks()
     op.execute(
         "UPDATE outbox_events SET base = coalesce("
         "(SELECT d.base FROM documents AS d WHERE d.id = outbox_events.document_id), "
@@ -48,6 +51,25 @@ def upgrade() -> None:
         postgresql_where=UNDELIVERED,
     )
     op.create_index("ix_outbox_document", "outbox_events", ["document_id"])
+
+
+def _documents_of_deleted_tasks() -> None:
+    """A queued event whose task is gone (its document was deleted) still names the
+    document in its payload: without it the event would have no base, and nobody
+    restricted to some bases would ever see it."""
+    conn = op.get_bind()
+    orphans = conn.execute(
+        sa.text(
+            "SELECT id, payload FROM outbox_events "
+            "WHERE topic = 'task.queued' AND document_id IS NULL"
+        )
+    ).all()
+    for event_id, payload in orphans:
+        document_id = json.loads(payload).get("document_id")
+        conn.execute(
+            sa.text("UPDATE outbox_events SET document_id = :document WHERE id = :id"),
+            {"document": document_id, "id": event_id},
+        )
 
 
 def downgrade() -> None:
