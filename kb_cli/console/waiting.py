@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from kb_cli.console.core import log
+from kb_cli.console.core import counted, log
 from kb_cli.console.stages import LiveStages, outcome_lines, task_title
 from kb_cli.lifecycle import Stage
 from kb_cli.records import QueuePlace, TaskRecord
@@ -19,15 +19,9 @@ NO_WORKER_HINT = (
 
 def queue_line(place: QueuePlace) -> str:
     """`12 tasks ahead, 2 workers busy`."""
-    ahead = (
-        "next in line" if not place.ahead else f"{place.ahead} {_plural(place.ahead, 'task')} ahead"
-    )
-    busy = place.busy_workers
-    return f"queued: {ahead}, {busy or 'no'} {_plural(busy, 'worker')} busy"
-
-
-def _plural(count: int, noun: str) -> str:
-    return noun if count == 1 else noun + "s"
+    ahead = f"{counted(place.ahead, 'task')} ahead" if place.ahead else "next in line"
+    busy = counted(place.busy_workers, "worker") if place.busy_workers else "no workers"
+    return f"queued: {ahead}, {busy} busy"
 
 
 class WaitHint:
