@@ -307,18 +307,22 @@ class Claim:
 
     def saved_parse(self, parser_key: str) -> bytes | None:
         """The parse an earlier attempt (or run) kept of this revision's bytes."""
-        if self.document is None:
+        document = self._document_of_this_revision()
+        if document is None:
             return None
         with self.kb.db.read() as conn:
             return queries.get_artefact(
-                conn, self.task.document_id, self.task.revision, self.document.sha256, parser_key
+                conn, self.task.document_id, self.task.revision, document.sha256, parser_key
             )
 
     def save_parse(self, parser_key: str, payload: bytes, chunks: int) -> None:
         """Keep this attempt's parse for the next one, in its own transaction, fenced on
-        the claim like every other write."""
-        assert self.document is not None  # a parse needs the document
-        sha256 = self.document.sha256
+        the claim like every other write. Only for the document's current revision: the
+        key pairs the task's revision with the document's file."""
+        document = self._document_of_this_revision()
+        if document is None:
+            return
+        sha256 = document.sha256
 
         def write() -> None:
             with self.kb.db.write() as conn:
@@ -336,6 +340,13 @@ class Claim:
                 )
 
         self._retrying(write)
+
+    def _document_of_this_revision(self) -> Row | None:
+        """The claimed document while its file is still the task's revision's."""
+        document = self.document
+        return (
+            document if document is not None and document.revision == self.task.revision else None
+        )
 
     def note_reuse(self, chunks: int) -> None:
         """Say, in the task's history, that this attempt starts at the embedding stage
