@@ -3,8 +3,9 @@
 Rich is used only when the stream is a terminal and neither CI=true nor NO_COLOR is
 set; otherwise output is plain lines with no escape codes, for scripts and logs.
 
-The renderers sit beside the records they draw: `core` (lines, JSON, the terminal check,
-`print_records`), `tasks` (tasks and documents), `answers` (search hits, eval),
+The renderers sit beside the records they draw: `core` (lines, JSON, the terminal check),
+`renderers` (`print_records` and the table of renderers it dispatches through, above
+the others), `tasks` (tasks and documents), `answers` (search hits, eval),
 `history` (the audit trail), `stages`, `workers` and `waiting` (live progress of `kb
 work` and `kb status --wait`), `demo`, and `admin` (doctor, users, bases, upgrade,
 reindex). Callers use the names re-exported here: `console.print_records(...)`.
@@ -28,7 +29,6 @@ from kb_cli.console.core import (
     is_fancy,
     log,
     note,
-    print_records,
     report_error,
     short,
     stopping,
@@ -39,6 +39,7 @@ from kb_cli.console.core import (
 from kb_cli.console.demo import DemoLog, print_demo_summary
 from kb_cli.console.events import RelayLog, event_line, print_event
 from kb_cli.console.history import audit_line
+from kb_cli.console.renderers import print_records
 from kb_cli.console.stages import STAGES, LiveStages
 from kb_cli.console.tasks import (
     WIDE,

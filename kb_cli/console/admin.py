@@ -13,8 +13,8 @@ from kb_cli.console.core import (
     emit,
     is_fancy,
     log,
-    print_records,
     write_json,
+    write_json_lines,
 )
 
 
@@ -78,7 +78,7 @@ def print_new_user(new_user: Any, as_json: bool) -> None:
 
 def print_bases(records: list[Any], as_json: bool) -> None:
     if as_json:
-        print_records(records, True)
+        write_json_lines(records)
         return
     for record in records:
         readers = "teams " + ", ".join(record.teams) if record.teams else "everyone"
@@ -97,7 +97,7 @@ def print_upgrade(before: str | None, after: str, as_json: bool) -> None:
 def print_users(records: list[Any], as_json: bool) -> None:
     """One line per user: name, role, state, teams, created, last used."""
     if as_json:
-        print_records(records, True)
+        write_json_lines(records)
         return
     for record in records:
         teams = f" teams={','.join(record.teams)}" if record.teams else ""

@@ -11,10 +11,10 @@ from kb_cli.console.core import (
     emit,
     is_fancy,
     log_wrapped,
-    print_records,
     rich_console,
     visible,
     warn,
+    write_json_lines,
 )
 from kb_cli.records import SearchHit
 
@@ -51,8 +51,11 @@ def print_search(result: Any, as_json: bool) -> None:
         warn(warning)
     if result.hits and not as_json and is_fancy(sys.stdout):
         _print_hits_on_terminal(result.hits)
+    elif as_json:
+        write_json_lines(result.hits)
     else:
-        print_records(result.hits, as_json)
+        for hit in result.hits:
+            emit(search_line(hit))
     if not result.hits and not as_json and is_fancy(sys.stderr):
         log_wrapped(
             "no hits: search serves published revisions only; "

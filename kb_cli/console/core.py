@@ -1,6 +1,6 @@
 """What every renderer uses: stdout and stderr lines, JSON Lines, the terminal check,
-safe cells and status colours, and `print_records`, which hands each kind of record to
-the renderer beside it.
+safe cells and status colours. The renderers import it; it imports none of them
+(`print_records` and its renderer table are in renderers.py, above them).
 
 Rich is used only when the stream is a terminal and neither CI=true nor NO_COLOR is
 set; otherwise output is plain lines with no escape codes, for scripts and logs.
@@ -16,7 +16,6 @@ from typing import Any, TextIO
 
 from kb_cli.errors import OutputClosed
 from kb_cli.lifecycle import Stage
-from kb_cli.records import AuditRecord, DocumentRecord, SearchHit, TaskRecord
 
 PLAIN_PROGRESS_INTERVAL = 0.5
 
@@ -46,6 +45,11 @@ _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 def write_json(record: Any) -> None:
     data = record.to_dict() if hasattr(record, "to_dict") else record
     emit(_JSON.encode(data))
+
+
+def write_json_lines(records: Iterable[Any]) -> None:
+    for record in records:
+        write_json(record)
 
 
 def log(message: str) -> None:
@@ -96,62 +100,6 @@ def stopping(signal_name: str) -> None:
 
 def short(identifier: str | None) -> str:
     return identifier[:8] if identifier else "-"
-
-
-def print_records(
-    records: Iterable[Any], as_json: bool, filenames: dict[str, str] | None = None
-) -> None:
-    """Print records as JSON Lines; otherwise one readable line each, or on a terminal
-    a small panel for one task or document and a table for several. `filenames` (by
-    document id) names the file of each task; JSON records stay as the contract has
-    them."""
-    from kb_cli.console.answers import search_line
-    from kb_cli.console.history import audit_line
-    from kb_cli.console.tasks import document_line, task_line
-
-    records = list(records)
-    names = filenames or {}
-    if not as_json and records and is_fancy(sys.stdout) and _print_on_terminal(records, names):
-        return
-    for record in records:
-        if as_json:
-            write_json(record)
-        elif isinstance(record, TaskRecord):
-            emit(task_line(record, names.get(record.document_id)))
-        elif isinstance(record, DocumentRecord):
-            emit(document_line(record))
-        elif isinstance(record, SearchHit):
-            emit(search_line(record))
-        elif isinstance(record, AuditRecord):
-            emit(audit_line(record))
-        else:
-            emit(str(record))
-
-
-def _print_on_terminal(records: list[Any], filenames: dict[str, str]) -> bool:
-    from kb_cli.console.history import print_history_table
-    from kb_cli.console.tasks import document_panel, document_table, task_panel, task_table
-
-    kinds = {type(record) for record in records}
-    if kinds == {AuditRecord}:
-        print_history_table(records)
-    elif kinds == {DocumentRecord}:
-        console = rich_console()
-        console.print(
-            document_panel(records[0])
-            if len(records) == 1
-            else document_table(records, console.width)
-        )
-    elif kinds == {TaskRecord}:
-        console = rich_console()
-        console.print(
-            task_panel(records[0], filenames.get(records[0].document_id))
-            if len(records) == 1
-            else task_table(records, filenames, console.width)
-        )
-    else:
-        return False
-    return True
 
 
 # --- shared by the renderers -------------------------------------------------------

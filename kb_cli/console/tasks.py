@@ -17,13 +17,13 @@ from kb_cli.console.core import (
     human_size,
     is_fancy,
     log,
-    print_records,
     rich_console,
     short,
     stage_count,
     styled,
     visible,
     warn,
+    write_json_lines,
 )
 from kb_cli.lifecycle import DocStatus, Stage, TaskStatus
 from kb_cli.records import DocumentRecord, TaskRecord
@@ -294,7 +294,8 @@ def print_document_table(records: list[DocumentRecord], footer: str = "") -> Non
     """`kb status` without an id: a table on a terminal (with a footer line), plain
     lines otherwise."""
     if not is_fancy(sys.stdout):
-        print_records(records, as_json=False)
+        for record in records:
+            emit(document_line(record))
         return
     console = rich_console()
     console.print(document_table(records, console.width))
@@ -343,7 +344,7 @@ def confirm_deletion(planned: list[Any]) -> bool:
 
 def print_deletions(deletions: list[Any], as_json: bool) -> None:
     if as_json:
-        print_records(deletions, True)
+        write_json_lines(deletions)
         return
     for deletion in deletions:
         verb = "deleted" if deletion.deleted else "would delete"
