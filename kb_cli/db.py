@@ -91,6 +91,20 @@ class Connection:
         return Result(self.engine.executemany(self.raw, sql, rows))
 
 
+def engine_for(url: str) -> engines.Engine:
+    """The engine module of a database URL, imported only when a URL names it (the
+    engines package never imports its engines: they import it)."""
+    if url.startswith("sqlite"):
+        from kb_cli.engines import sqlite
+
+        return sqlite
+    if url.startswith("postgresql"):
+        from kb_cli.engines import postgresql
+
+        return postgresql
+    raise UsageError("unsupported database URL: use sqlite:///PATH or postgresql+psycopg://...")
+
+
 class Database:
     """Opens short transactions: `write()` for changes, `read()` for snapshots.
 
@@ -102,7 +116,7 @@ class Database:
         self.url = url
         self.busy_timeout_seconds = busy_timeout_seconds
         self.wake = wake  # False: waiters poll (engines.PollOnly)
-        self.engine = engines.for_url(url)
+        self.engine = engine_for(url)
         self.is_sqlite = url.startswith("sqlite")
         self._idle = threading.local()
 

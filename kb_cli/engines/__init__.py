@@ -99,20 +99,6 @@ class Engine(Protocol):
     ) -> list[Scored]: ...
 
 
-def for_url(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        from kb_cli.engines import sqlite
-
-        return sqlite
-    if url.startswith("postgresql"):
-        from kb_cli.engines import postgresql
-
-        return postgresql
-    from kb_cli.errors import UsageError
-
-    raise UsageError("unsupported database URL: use sqlite:///PATH or postgresql+psycopg://...")
-
-
 def escape_like(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 

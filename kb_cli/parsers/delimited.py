@@ -10,7 +10,7 @@ import io
 from pathlib import Path
 
 from kb_cli.errors import ParseError
-from kb_cli.parsers import Block, Budget, ProgressCallback
+from kb_cli.parsers.common import Block, Budget, ProgressCallback
 from kb_cli.parsers.rows import row_blocks, row_text
 from kb_cli.parsers.text import decode
 

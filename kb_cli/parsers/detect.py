@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from kb_cli.parsers import KINDS, PACKAGED, FileKind, kind_for_filename
+from kb_cli.parsers.common import KINDS, PACKAGED, FileKind, kind_for_filename
 
 HEAD_BYTES = 8192
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"

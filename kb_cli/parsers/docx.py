@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from kb_cli.errors import ParseError
-from kb_cli.parsers import Block, Budget, HeadingPath, ProgressCallback
+from kb_cli.parsers.common import Block, Budget, HeadingPath, ProgressCallback
 from kb_cli.parsers.package import check_inflated_size
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kb_cli.errors import ParseError
-from kb_cli.parsers import Block, Budget, ProgressCallback, part_errors
+from kb_cli.parsers.common import Block, Budget, ProgressCallback, part_errors
 from kb_cli.parsers.html_page import html_blocks, read_html
 from kb_cli.parsers.package import local_name, open_package, parse_xml, read_part, resolve
 

@@ -15,7 +15,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from kb_cli.parsers import Block, Budget, HeadingPath, ProgressCallback
+from kb_cli.parsers.common import Block, Budget, HeadingPath, ProgressCallback
 from kb_cli.parsers.text import decode
 
 FEED_CHARS = 1 << 16

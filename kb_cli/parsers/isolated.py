@@ -29,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 
 from kb_cli.errors import DocumentTooLarge, ParseError
-from kb_cli.parsers import Block, Budget, ParseLimits, ProgressCallback
+from kb_cli.parsers.common import Block, Budget, ParseLimits, ProgressCallback
 
 _HEADER = struct.Struct("!Q")
 _POLL_SECONDS = 0.1

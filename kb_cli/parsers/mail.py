@@ -18,7 +18,7 @@ from email.parser import BytesParser
 from pathlib import Path
 
 from kb_cli.errors import DocumentTooLarge, ParseError
-from kb_cli.parsers import Block, Budget, ProgressCallback, part_errors
+from kb_cli.parsers.common import Block, Budget, ProgressCallback, part_errors
 
 MAX_PARTS = 1_000
 MAX_NESTING = 3  # a mail attached to a mail attached to a mail

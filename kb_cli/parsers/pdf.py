@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from kb_cli.errors import DocumentTooLarge, ParseError
-from kb_cli.parsers import Block, Budget, ProgressCallback
+from kb_cli.parsers.common import Block, Budget, ProgressCallback
 
 
 def preload() -> None:

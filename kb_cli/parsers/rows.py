@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kb_cli.parsers import Block, Budget
+from kb_cli.parsers.common import Block, Budget
 
 ROWS_CHARS = 900  # below the chunker's target, so one block stays one chunk
 CELL_SEPARATOR = " | "

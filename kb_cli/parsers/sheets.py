@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from kb_cli.errors import DocumentTooLarge, ParseError
-from kb_cli.parsers import Block, Budget, ProgressCallback, part_errors
+from kb_cli.parsers.common import Block, Budget, ProgressCallback, part_errors
 from kb_cli.parsers.numformat import BUILTIN, general, render
 from kb_cli.parsers.package import (
     local_name,

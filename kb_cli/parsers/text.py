@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from kb_cli.errors import ParseError
-from kb_cli.parsers import Block, Budget, HeadingPath, ProgressCallback
+from kb_cli.parsers.common import Block, Budget, HeadingPath, ProgressCallback
 
 # Tried in order. GB18030 is a superset of GBK and GB2312, the legacy encodings most
 # often met in Chinese text; latin-1 decodes any bytes, so the chain always ends.
