@@ -14,7 +14,7 @@ class KbError(Exception):
 
     exit_code = 1
     code = "internal_error"
-    # A refused command is an audit event (contract section 5, `history`).
+    # A refused command is an audit event (docs/access.md, "Users, roles and the audit trail").
     is_refusal = False
 
     def __init__(self, message: str | None = None) -> None:
@@ -204,7 +204,8 @@ class ClaimLost(WorkerInterrupt):
 
 
 class TaskFailure(Exception):
-    """A stage failed with one of the task error codes (contract section 6)."""
+    """A stage failed with one of the task error codes (docs/interface.md, "Error codes of
+    a failed task")."""
 
     def __init__(self, code: Any, detail: str) -> None:
         super().__init__(detail)

@@ -70,7 +70,8 @@ TRANSIENT_ERRORS = frozenset(
 ACTIVE_TASK_STATUSES = (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.RETRY_WAIT)
 TERMINAL_TASK_STATUSES = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
-# The document status that goes with each task status (contract section 4).
+# The document status that goes with each task status (docs/interface.md, "The two
+# state machines").
 DOC_STATUS_FOR_TASK = {
     TaskStatus.QUEUED: DocStatus.PROCESSING,
     TaskStatus.RUNNING: DocStatus.PROCESSING,

@@ -1,4 +1,5 @@
-"""Who may run what, and where (contract sections 8 and 9), as data.
+"""Who may run what, and where (docs/access.md, "Users, roles and the audit trail" and
+"Knowledge bases"), as data.
 
 A command declares a `Rule`: the roles that may run it and what it acts on (a
 document, a task, either, or a base it names). The guard in `services.access`

@@ -33,7 +33,7 @@ ARTEFACTS = "parse_artefacts"
 _NOT_DELETING = f"d.status <> '{DocStatus.DELETING}'"
 
 
-# --- what a caller may read (contract section 9) -------------------------------------
+# --- what a caller may read (docs/access.md, "Knowledge bases") ---------------------
 
 
 # The bases the reader may read: company-wide (no team named), restricted to a team of

@@ -1,4 +1,4 @@
-"""The records commands print (contract section 3), built from database rows.
+"""The records commands print (docs/interface.md, "Records"), built from database rows.
 
 Plain (not frozen) dataclasses: a frozen one sets each field through
 `object.__setattr__`, which doubled the cost of listing 10,000 documents.

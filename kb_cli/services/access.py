@@ -1,4 +1,5 @@
-"""Identity and roles (contract section 8): tokens, permissions, recorded refusals.
+"""Identity and roles (docs/access.md, "Users, roles and the audit trail"): tokens,
+permissions, recorded refusals.
 
 Open mode until the first admin exists. Tokens look like `kb_<id>_<secret>`; only a
 salted SHA-256 of the secret is stored. The secret has 256 bits of entropy, so a slow

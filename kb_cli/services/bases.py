@@ -1,4 +1,5 @@
-"""Knowledge bases (contract section 9): create, list, describe, grant, move a document.
+"""Knowledge bases (docs/access.md, "Knowledge bases"): create, list, describe, grant,
+move a document.
 
 A base with no team is readable by the whole company; with teams, by their members and
 by users granted it. Who reads a base is checked inside every query (queries.scope_filter).
