@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kb_cli.console.answers import search_line
-from kb_cli.console.core import emit, is_fancy, rich_console, write_json
+from kb_cli.console.core import emit, is_fancy, rich_console, write_json_lines
 from kb_cli.console.history import audit_line, print_history_table
 from kb_cli.console.tasks import (
     document_line,
@@ -75,8 +75,7 @@ def print_records(
     records = list(records)
     names = filenames or {}
     if as_json:
-        for record in records:
-            write_json(record)
+        write_json_lines(records)
         return
     kinds = {type(record) for record in records}
     on_terminal = ON_TERMINAL.get(kinds.pop()) if len(kinds) == 1 else None
