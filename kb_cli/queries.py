@@ -206,12 +206,6 @@ def _rows_in(conn: Connection, sql: str, values: Sequence[Any], **params: Any) -
     return rows
 
 
-def documents_by_id(conn: Connection, document_ids: Sequence[str]) -> list[Any]:
-    """Id, base, file name and sha256 of each of these documents that still exists."""
-    sql = f"SELECT id, base, filename, sha256 FROM {DOCUMENTS} WHERE id IN ({{values}})"
-    return _rows_in(conn, sql, list(dict.fromkeys(document_ids)))
-
-
 def documents_with_content(conn: Connection, base: str, digests: Sequence[str]) -> list[Any]:
     """Documents of `base` whose current file has one of these sha256 digests, oldest
     first."""

@@ -35,9 +35,12 @@ class TaskRecord:
     revision: int
     lease_expires_at: str | None
     retry_at: str | None
+    # The file of the task's document, where the service that made the record read it
+    # (what a screen names a task by); not part of the printed record.
+    filename: str | None = None
 
     @classmethod
-    def from_row(cls, row: Row) -> TaskRecord:
+    def from_row(cls, row: Row, filename: str | None = None) -> TaskRecord:
         # Positional, in field order: three times faster than keywords, which shows
         # when `kb status` lists 10,000 documents.
         return cls(
@@ -56,10 +59,13 @@ class TaskRecord:
             row.revision,
             row.lease_expires_at,
             row.retry_at,
+            filename,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)  # flat: no need for asdict's deep copy
+        data = dict(self.__dict__)  # flat: no need for asdict's deep copy
+        del data["filename"]
+        return data
 
 
 @dataclass

@@ -540,3 +540,43 @@ def finish(proc: subprocess.Popen, args: tuple = (), timeout: float = 60) -> Res
     result = Result(proc.returncode, out, err)
     check_output_hygiene(tuple(str(a) for a in args), result)
     return result
+
+
+# --- what SQL a command runs (SQLite's trace callback) ----------------------------------
+
+
+@dataclass
+class SqlTrace:
+    """The statements run on every SQLite connection opened while tracing."""
+
+    statements: list[str]
+
+    @property
+    def transactions(self) -> int:
+        return sum(statement.startswith("BEGIN") for statement in self.statements)
+
+    @property
+    def prefix_lookups(self) -> int:
+        """The `LIKE 'prefix%'` lookups of an id (queries.find_ids)."""
+        return sum(" LIKE " in s and s.endswith("LIMIT 2") for s in self.statements)
+
+
+@contextlib.contextmanager
+def sql_traced() -> Iterator[SqlTrace]:
+    """Trace the SQL of what runs inside the block (kb's SQLite connections are opened
+    per command, so a command's are all new)."""
+    import sqlite3
+
+    trace = SqlTrace([])
+    connect = sqlite3.connect
+
+    def tracing_connect(*args, **kwargs):
+        raw = connect(*args, **kwargs)
+        raw.set_trace_callback(trace.statements.append)
+        return raw
+
+    sqlite3.connect = tracing_connect  # type: ignore[assignment]
+    try:
+        yield trace
+    finally:
+        sqlite3.connect = connect  # type: ignore[assignment]

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, TeamOption, open_kb
+from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, TeamOption, open_granted, open_kb
 from kb_cli.permissions import ADMINS, BASE_PREFIX, STATUS_READERS, Rule, Target
 
 base_app = typer.Typer(
@@ -90,7 +90,8 @@ def base_move(
     """
     from kb_cli.services import bases
 
-    record = bases.move_document(open_kb(ctx, BASE_MOVE, document_id), document_id, name)
+    kb, grant = open_granted(ctx, BASE_MOVE, document_id)
+    record = bases.move_document(kb, grant.full_id, name)
     console.print_records([record], json_out)
 
 

@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import BaseOption, DocumentId, JsonFlag, open_kb, print_with_filenames
+from kb_cli.cli.shared import (
+    BaseOption,
+    DocumentId,
+    JsonFlag,
+    open_granted,
+    open_kb,
+    print_with_filenames,
+)
 from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
 from kb_cli.permissions import DEFAULT_BASE, EDITORS, REVIEWERS, Rule, Target
@@ -66,13 +73,14 @@ def upload(
                 "--replace takes exactly one file and no --submit or --base; "
                 "submit or retry afterwards"
             )
-        kb = open_kb(ctx, REPLACE, replace)
-        records = [documents.replace_file(kb, files[0], replace)]
+        kb, grant = open_granted(ctx, REPLACE, replace)
+        records: list = [documents.replace_file(kb, files[0], grant.full_id)]
     else:
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE)
-        records = documents.upload_files(kb, files, submit=submit, base=base or DEFAULT_BASE)
-        console.warn_duplicates(documents.duplicates(kb, [r.document_id for r in records]))
-    print_with_filenames(kb, records, json_out)
+        uploaded = documents.upload(kb, files, submit=submit, base=base or DEFAULT_BASE)
+        console.warn_duplicates(uploaded.duplicates)
+        records = uploaded.records
+    print_with_filenames(records, json_out)
 
 
 SUBMIT = Rule("submit", EDITORS, Target.DOCUMENT)
@@ -89,8 +97,8 @@ def submit(
     """
     from kb_cli.services import documents
 
-    kb = open_kb(ctx, SUBMIT, document_id)
-    print_with_filenames(kb, [documents.submit_document(kb, document_id)], json_out)
+    kb, grant = open_granted(ctx, SUBMIT, document_id)
+    print_with_filenames([documents.submit_document(kb, grant.full_id)], json_out)
 
 
 PUBLISH = Rule("publish", REVIEWERS, Target.DOCUMENT)
@@ -137,9 +145,9 @@ def publish(
         )
     if all_reviewed and if_version is not None:
         raise UsageError("--if-version applies to one DOCUMENT_ID, not --all-reviewed")
-    kb = open_kb(ctx, PUBLISH, document_id)
+    kb, grant = open_granted(ctx, PUBLISH, document_id)
     if document_id is not None:
-        record = documents.publish_document(kb, document_id, if_version)
+        record = documents.publish_document(kb, grant.full_id, if_version)
         console.print_records([record], json_out)
         return
     published = []
@@ -173,7 +181,8 @@ def reject(
     """
     from kb_cli.services import review
 
-    record = review.reject_document(open_kb(ctx, REJECT, document_id), document_id, reason)
+    kb, grant = open_granted(ctx, REJECT, document_id)
+    record = review.reject_document(kb, grant.full_id, reason)
     console.print_records([record], json_out)
 
 
@@ -187,7 +196,8 @@ def unpublish(ctx: typer.Context, document_id: DocumentId, json_out: JsonFlag = 
     """
     from kb_cli.services import review
 
-    record = review.unpublish_document(open_kb(ctx, UNPUBLISH, document_id), document_id)
+    kb, grant = open_granted(ctx, UNPUBLISH, document_id)
+    record = review.unpublish_document(kb, grant.full_id)
     console.print_records([record], json_out)
 
 
@@ -234,8 +244,10 @@ def delete(
     if status is not None and status not in _LISTED_STATUSES:
         raise UsageError(f"--status is one of: {', '.join(_LISTED_STATUSES)}")
     rule, target = (DELETE, refs[0]) if refs else (DELETE_IN_BASE, base)
-    kb = open_kb(ctx, rule, target)
-    planned = removal.plan(kb, refs, status, base)
+    # With a filter as well, `plan` refuses the mix before the other ids are looked up.
+    more = refs[1:] if status is None and base is None else []
+    kb, grant = open_granted(ctx, rule, target, more=more)
+    planned = removal.plan(kb, grant.ids, status, base)
     if not dry_run and planned and not yes and not console.confirm_deletion(planned):
         raise typer.Exit(1)
     done = planned if dry_run else removal.delete(kb, planned)

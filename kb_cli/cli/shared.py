@@ -16,9 +16,12 @@ from kb_cli import console
 from kb_cli.permissions import Rule
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from kb_cli.app import Kb
     from kb_cli.config import Settings
     from kb_cli.db import Database
+    from kb_cli.services.access import Grant
 
 HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -74,15 +77,28 @@ def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: b
     what it names) against the caller's token. The context returned acts as the caller
     the guard established. Read-only commands pass `create=False`: they never create a
     home or a database."""
+    return open_granted(ctx, rule, target, create)[0]
+
+
+def open_granted(
+    ctx: typer.Context,
+    rule: Rule,
+    target: str | None = None,
+    create: bool = True,
+    more: Sequence[str] = (),
+) -> tuple[Kb, Grant]:
+    """`open_kb`, and what the guard resolved: the full id (and kind) of the `target` a
+    command names, and of the `more` ids it names, for the command to pass down."""
     from kb_cli.app import Kb
     from kb_cli.services import access
 
     settings = settings_of(ctx)
     kb = Kb.open(settings, create=create)
     invocation_of(ctx).opened.append(kb.db)
-    kb = kb.acting_as(access.authorize(kb, rule, target))
+    grant = access.authorize(kb, rule, target, more)
+    kb = kb.acting_as(grant.actor)
     invocation_of(ctx).session = Session(kb, rule.command, target)
-    return kb
+    return kb, grant
 
 
 def settings_of(ctx: typer.Context) -> Settings:
@@ -93,14 +109,17 @@ def settings_of(ctx: typer.Context) -> Settings:
     return resolve_settings(options.home, options.database_url, options.object_store)
 
 
-def print_with_filenames(kb: Kb, records: list, json_out: bool) -> None:
-    """Records as console.print_records prints them, each task's file named on a
-    screen or in a plain line (JSON records stay as the contract has them)."""
+def print_with_filenames(records: list, json_out: bool) -> None:
+    """Records as console.print_records prints them, each task's file (as the service
+    that made the record read it) named on a screen or in a plain line (JSON records
+    stay as the contract has them)."""
     from kb_cli.records import TaskRecord
-    from kb_cli.services import documents
 
-    tasks = [record.document_id for record in records if isinstance(record, TaskRecord)]
-    names = documents.filenames(kb, tasks) if tasks and not json_out else {}
+    names = {
+        record.document_id: record.filename
+        for record in records
+        if isinstance(record, TaskRecord) and record.filename is not None
+    }
     console.print_records(records, json_out, names)
 
 

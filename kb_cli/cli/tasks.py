@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import JsonFlag, open_kb, open_to_read, print_with_filenames
+from kb_cli.cli.shared import JsonFlag, open_granted, open_kb, open_to_read, print_with_filenames
 from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import UsageError, WaitTimeout
 from kb_cli.lifecycle import DocStatus, ErrorCode
@@ -94,14 +94,14 @@ def status(
         raise UsageError("--status and --error-code filter the list; give no id with them")
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
-    kb = open_kb(ctx, STATUS, entity_id, create=False)
+    kb, grant = open_granted(ctx, STATUS, entity_id, create=False)
     if not wait:
-        print_with_filenames(kb, [tasks.get_record(kb, entity_id)], json_out)
+        print_with_filenames([tasks.get_record(kb, grant.full_id, grant.kind)], json_out)
         return
-    _wait(kb, entity_id, timeout, json_out)
+    _wait(kb, grant, timeout, json_out)
 
 
-def _wait(kb, entity_id: str, timeout: float | None, json_out: bool) -> None:
+def _wait(kb, grant, timeout: float | None, json_out: bool) -> None:
     """`status --wait`: live stages on a terminal, then the record; exit 8 when the task
     did not succeed, 7 when the timeout ran out."""
     from kb_cli.errors import TaskUnsuccessful
@@ -111,15 +111,15 @@ def _wait(kb, entity_id: str, timeout: float | None, json_out: bool) -> None:
     if not json_out:
         watcher = console.LiveWait() if console.is_fancy(sys.stderr) else console.WaitHint()
     try:
-        record = tasks.wait_for_task(kb, entity_id, timeout, watcher)
+        record = tasks.wait_for_task(kb, grant.full_id, grant.kind, timeout, watcher)
     except WaitTimeout as timed_out:
         if watcher:
             watcher.close(None)
-        print_with_filenames(kb, [timed_out.record], json_out)
+        print_with_filenames([timed_out.record], json_out)
         raise
     if watcher:
         watcher.close(record)
-    print_with_filenames(kb, [record], json_out)
+    print_with_filenames([record], json_out)
     task = console.short(record.task_id)
     if record.status == "failed":
         raise TaskUnsuccessful(
@@ -155,8 +155,8 @@ def cancel(
     """
     from kb_cli.services import tasks
 
-    kb = open_kb(ctx, CANCEL, task_id)
-    print_with_filenames(kb, [tasks.cancel_task(kb, task_id)], json_out)
+    kb, grant = open_granted(ctx, CANCEL, task_id)
+    print_with_filenames([tasks.cancel_task(kb, grant.full_id, grant.kind)], json_out)
 
 
 RETRY = Rule("retry", EDITORS, Target.TASK_OR_DOCUMENT)
@@ -198,12 +198,12 @@ def retry(
         raise UsageError("give either an ID or --all-failed: kb retry ID / kb retry --all-failed")
     if error_code and not all_failed:
         raise UsageError("--error-code only applies with --all-failed")
-    kb = open_kb(ctx, RETRY, entity_id)
+    kb, grant = open_granted(ctx, RETRY, entity_id)
     if entity_id is None:
         records = tasks.retry_all_failed(kb, error_code)
     else:
-        records = [tasks.retry_task(kb, entity_id)]
-    print_with_filenames(kb, records, json_out)
+        records = [tasks.retry_task(kb, grant.full_id, grant.kind)]
+    print_with_filenames(records, json_out)
 
 
 WORK = Rule("work", WORKERS, Target.TASK)
@@ -325,10 +325,11 @@ def work(
         listener = console.PlainWorkerLog(options.worker_id)
     stop = threading.Event()
     stop_on_signals(stop, console.stopping)
-    worker = Worker(open_kb(ctx, WORK, task_id), options, listener, stop)
+    kb, grant = open_granted(ctx, WORK, task_id)
+    worker = Worker(kb, options, listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
     try:
-        for result in worker.run(task_id, max_tasks=limit, loop=loop):
+        for result in worker.run(grant.id, max_tasks=limit, loop=loop):
             if json_out:
                 console.write_json(result)
             elif result.task is not None and not fancy:  # the live display showed it
@@ -363,7 +364,8 @@ def history(
 
     base = entity_id.removeprefix(BASE_PREFIX) if entity_id.startswith(BASE_PREFIX) else None
     if base is None:
-        kb = open_kb(ctx, HISTORY, entity_id, create=False)
+        kb, grant = open_granted(ctx, HISTORY, entity_id, create=False)
+        records = history_service(kb, grant.full_id, grant.kind)
     else:
-        kb = open_kb(ctx, BASE_HISTORY, base, create=False)
-    console.print_records(history_service(kb, entity_id), json_out)
+        records = history_service(open_kb(ctx, BASE_HISTORY, base, create=False), entity_id)
+    console.print_records(records, json_out)

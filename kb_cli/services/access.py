@@ -8,14 +8,23 @@ KDF would add latency to every command without adding security.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from kb_cli import queries
 from kb_cli.app import MAX_ID_CHARS, Kb, require_base, resolve_id
 from kb_cli.db import Connection, Database, format_stamp, utcnow
-from kb_cli.errors import ConflictError, ForbiddenError, KbError, NotFoundError, UsageError
+from kb_cli.errors import (
+    ConflictError,
+    ForbiddenError,
+    InternalError,
+    KbError,
+    NotFoundError,
+    UsageError,
+)
 from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target
 from kb_cli.records import Row
 from kb_cli.services.bases import check_names
@@ -42,24 +51,61 @@ class NewUser:
         return {"user": self.user, "role": self.role, "token": self.token, "teams": self.teams}
 
 
-def authorize(kb: Kb, rule: Rule, target: str | None = None) -> Actor:
+@dataclass(frozen=True)
+class Grant:
+    """What the guard established before a command acts: the caller, and what the
+    command names, resolved once: the full `id` and its `kind` ("documents", "tasks" or
+    "deleted"), or the `base` it names (the guard read no row, so it carries none). A
+    command passes these down; the services take full ids and resolve nothing again."""
+
+    actor: Actor
+    kind: str | None = None
+    id: str | None = None
+    base: str | None = None
+    more_ids: tuple[str, ...] = ()  # the further ids of a command that names several
+
+    @property
+    def full_id(self) -> str:
+        """The full id of what the command named, for a rule that acts on an id."""
+        if self.id is None:
+            raise InternalError("the guard resolved no id for this command")
+        return self.id
+
+    @property
+    def ids(self) -> list[str]:
+        """Every id the command named, resolved, in its order (repeats dropped)."""
+        return list(dict.fromkeys(([self.id] if self.id else []) + list(self.more_ids)))
+
+
+def authorize(kb: Kb, rule: Rule, target: str | None = None, more: Sequence[str] = ()) -> Grant:
     """The one guard, run before a command changes anything: the caller's role must be
     one of the rule's, and what the command names (a document, a task, a base) must lie
-    in a base the caller may read. Returns the caller; a refusal is written to the audit
-    trail (who, what, why) and raised: `forbidden` for the role, `not_found` for a base
-    the caller may not read, exactly as if the target did not exist."""
-    with kb.db.read() as conn:
-        if not queries.admin_exists(conn):
-            return kb.actor  # open mode: a single person on a laptop reads every base
-        user = _user_for_token(conn, os.environ.get("KB_TOKEN", ""))
-        actor, refusal = _check_role(user, rule)
-        if refusal is None and rule.acts_on is not None and target is not None:
-            refusal = _hidden_target(conn, actor, rule.acts_on, target)
+    in a base the caller may read. Returns the caller and the target resolved (`more`:
+    further ids of the rule's kind, resolved as not_found where the caller may not read
+    them, unaudited). A refusal is written to the audit trail (who, what, why) and
+    raised: `forbidden` for the role, `not_found` for a base the caller may not read,
+    exactly as if the target did not exist."""
+    open_mode = False
+    try:
+        with kb.db.read() as conn:
+            open_mode = not queries.admin_exists(conn)
+            if open_mode:  # a single person on a laptop reads every base
+                grant = _resolve(conn, kb.actor, rule.acts_on, target)
+                return _with_more(conn, grant, rule.acts_on, more)
+            user = _user_for_token(conn, os.environ.get("KB_TOKEN", ""))
+            actor, refusal = _check_role(user, rule)
+            grant = Grant(actor)
+            if refusal is None and rule.acts_on is not None and target is not None:
+                grant, refusal = _resolve_visible(conn, actor, rule.acts_on, target, more)
+    except KbError as failure:
+        if open_mode and failure.is_refusal:  # an overlong id: audited, as a service's refusal is
+            record_refusal(kb, kb.actor.name, rule.command, target, failure.message)
+        raise
     use_due = refusal is None and user is not None and _use_due(kb, user)
     if refusal is None:
         if use_due:
             note_use(kb, actor.name)
-        return actor
+        return grant
     entity, error, why = refusal
     if entity is None and target is not None:
         entity = BASE_PREFIX + target if rule.acts_on == Target.BASE else target
@@ -84,18 +130,44 @@ def _check_role(user: Row | None, rule: Rule) -> tuple[Actor, tuple | None]:
     return actor, (None, ForbiddenError(f"forbidden: {why}"), why)
 
 
-def _hidden_target(
-    conn: Connection, actor: Actor, acts_on: Target, target: str
-) -> tuple[str, KbError, str] | None:
-    """(entity, not_found, why) when `target` exists but outside the actor's bases; a
-    target that does not exist at all raises its not_found here, unaudited."""
+def _resolve(conn: Connection, actor: Actor, acts_on: Target | None, target: str | None) -> Grant:
+    """What the command names, resolved in the actor's bases (a base is taken as named:
+    the command's own transaction checks it). Raises not_found or ambiguous as
+    app.resolve_id does."""
+    if acts_on is None or target is None:
+        return Grant(actor)
+    if acts_on == Target.BASE:
+        return Grant(actor, base=target)
+    kind, entity_id = resolve_id(conn, actor.scope(), target, *_KINDS[acts_on])
+    return Grant(actor, kind, entity_id)
+
+
+def _with_more(
+    conn: Connection, grant: Grant, acts_on: Target | None, more: Sequence[str]
+) -> Grant:
+    """The further ids a command names, resolved in the actor's bases: one the caller
+    may not read is not found, as any other (not audited: the guard's target is)."""
+    if not more or acts_on is None or acts_on == Target.BASE:
+        return grant
+    scope = grant.actor.scope()
+    more_ids = tuple(resolve_id(conn, scope, ref, *_KINDS[acts_on])[1] for ref in more)
+    return dataclasses.replace(grant, more_ids=more_ids)
+
+
+def _resolve_visible(
+    conn: Connection, actor: Actor, acts_on: Target, target: str, more: Sequence[str]
+) -> tuple[Grant, tuple[str, KbError, str] | None]:
+    """The target resolved, or (entity, not_found, why) when it exists but outside the
+    actor's bases; a target that does not exist at all raises its not_found here,
+    unaudited."""
     try:
         if acts_on == Target.BASE:
             require_base(conn, actor.scope(), target)
-        else:
-            resolve_id(conn, actor.scope(), target, *_KINDS[acts_on])
-        return None
+            return Grant(actor, base=target), None
+        grant = _resolve(conn, actor, acts_on, target)
     except NotFoundError as error:
+        if actor.reads_every_base:  # the lookup over every base would find nothing either
+            raise
         if acts_on == Target.BASE:
             if not queries.base_exists(conn, target):
                 raise
@@ -106,7 +178,8 @@ def _hidden_target(
             except KbError:  # missing, or ambiguous only among rows the caller cannot see
                 raise error from None
             base = queries.base_of(conn, entity) or "?"
-        return entity, error, f"base {base} is not readable by {actor.name}"
+        return Grant(actor), (entity, error, f"base {base} is not readable by {actor.name}")
+    return _with_more(conn, grant, acts_on, more), None
 
 
 def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> NewUser:

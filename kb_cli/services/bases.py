@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from kb_cli import queries
-from kb_cli.app import Kb, require_base, resolve_document_id
+from kb_cli.app import Kb, require_base
 from kb_cli.db import utcnow
 from kb_cli.errors import ConflictError, NotFoundError, UsageError
 from kb_cli.permissions import BASE_PREFIX
@@ -84,10 +84,9 @@ def grant_base(kb: Kb, name: str, user: str) -> BaseRecord:
     return record
 
 
-def move_document(kb: Kb, document_ref: str, base: str) -> DocumentRecord:
+def move_document(kb: Kb, document_id: str, base: str) -> DocumentRecord:
     """Put a document (all its revisions and tasks) into another base, audited."""
     with kb.db.write() as conn:
-        document_id = resolve_document_id(conn, kb.scope, document_ref)
         require_base(conn, kb.scope, base)
         document = queries.existing_document(conn, document_id, lock=True)
         if document.base == base:

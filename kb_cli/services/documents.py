@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb_cli import queries
-from kb_cli.app import Kb, require_base, resolve_document_id
+from kb_cli.app import Kb, require_base
 from kb_cli.db import Connection, utcnow
 from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
@@ -24,7 +24,7 @@ from kb_cli.lifecycle import (
 )
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
-from kb_cli.records import DocumentRecord, Row, TaskRecord
+from kb_cli.records import DocumentRecord, TaskRecord
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document, task_event_data
 
@@ -40,7 +40,16 @@ class _Upload:
         return _shown(self.path.name)
 
 
-def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> list:
+@dataclass(frozen=True)
+class Uploaded:
+    """What an upload made: a record per file (its task's with --submit, each naming its
+    file), and the files whose content an earlier document already has."""
+
+    records: list[TaskRecord] | list[DocumentRecord]
+    duplicates: list[Duplicate]
+
+
+def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> Uploaded:
     """Store each file as a draft document of `base` (and submit it); all or nothing."""
     if not paths:
         raise UsageError("give at least one file to upload")
@@ -49,18 +58,34 @@ def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DE
     try:
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
-            ids = [
-                _insert_document(conn, kb.actor.name, base, up, obj)
+            inserted = [
+                _Inserted(_insert_document(conn, kb.actor.name, base, up, obj), up.filename, obj)
                 for up, obj in zip(uploads, stored, strict=True)
             ]
+            duplicates = _duplicates(conn, base, inserted)
             if submit:
-                task_ids = [_submit(conn, kb.actor.name, document_id) for document_id in ids]
-                return [TaskRecord.from_row(queries.existing_task(conn, t)) for t in task_ids]
-            return [document_record(conn, document_id) for document_id in ids]
+                records: list[TaskRecord] | list[DocumentRecord] = [
+                    _submit(conn, kb.actor.name, new.document_id) for new in inserted
+                ]
+            else:
+                records = [document_record(conn, new.document_id) for new in inserted]
+            return Uploaded(records, duplicates)
     except BaseException:
         for obj in stored:
             kb.store.delete(obj.key)
         raise
+
+
+def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> list:
+    """`upload`'s records alone."""
+    return upload(kb, paths, submit, base).records
+
+
+@dataclass(frozen=True)
+class _Inserted:
+    document_id: str
+    filename: str
+    stored: StoredObject
 
 
 @dataclass(frozen=True)
@@ -75,47 +100,35 @@ class Duplicate:
     in_this_upload: bool
 
 
-def duplicates(kb: Kb, document_ids: list[str]) -> list[Duplicate]:
-    """Which of these just-uploaded documents (all of one base, in upload order) have
-    the content of an earlier document of that base. Uploading them is allowed (a
-    copy may be meant); the caller warns."""
-    with kb.db.read() as conn:
-        uploaded = queries.documents_by_id(conn, document_ids)
-        if not uploaded:
-            return []
-        earlier = queries.documents_with_content(
-            conn, uploaded[0].base, [row.sha256 for row in uploaded]
-        )
-    new_ids = set(document_ids)
-    first_with: dict[str, Row] = {
-        row.sha256: row for row in reversed(earlier) if row.id not in new_ids
+def _duplicates(conn: Connection, base: str, inserted: list[_Inserted]) -> list[Duplicate]:
+    """Which of the documents just inserted into `base` (in upload order) have the
+    content of an earlier document of that base. Uploading them is allowed (a copy may
+    be meant); the caller warns."""
+    digests = [new.stored.sha256 for new in inserted]
+    new_ids = {new.document_id for new in inserted}
+    first_with: dict[str, tuple[str, str]] = {
+        row.sha256: (row.id, row.filename)
+        for row in reversed(queries.documents_with_content(conn, base, digests))
+        if row.id not in new_ids
     }
     in_base = set(first_with)
-    by_id = {row.id: row for row in uploaded}
     found = []
-    for document_id in document_ids:
-        row = by_id.get(document_id)
-        if row is None:
-            continue
-        other = first_with.setdefault(row.sha256, row)
-        if other is not row:
+    for new in inserted:
+        digest = new.stored.sha256
+        other_id, other_name = first_with.setdefault(digest, (new.document_id, new.filename))
+        if other_id != new.document_id:
             found.append(
-                Duplicate(row.id, row.filename, other.id, other.filename, row.sha256 not in in_base)
+                Duplicate(
+                    new.document_id, new.filename, other_id, other_name, digest not in in_base
+                )
             )
     return found
 
 
-def filenames(kb: Kb, document_ids: list[str]) -> dict[str, str]:
-    """The file name of each document, by id: what tells tasks apart on a screen."""
-    with kb.db.read() as conn:
-        return {row.id: row.filename for row in queries.documents_by_id(conn, document_ids)}
-
-
-def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
+def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
     """Give a draft, failed or published document a new source file and revision."""
     [upload] = _check_files([path], kb.settings.max_upload_bytes)
     with kb.db.read() as conn:
-        document_id = resolve_document_id(conn, kb.scope, document_ref)
         require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
     [obj] = _store_all(kb, [upload])
     try:
@@ -151,18 +164,15 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
     return record
 
 
-def submit_document(kb: Kb, document_ref: str) -> TaskRecord:
+def submit_document(kb: Kb, document_id: str) -> TaskRecord:
     with kb.db.write() as conn:
-        document_id = resolve_document_id(conn, kb.scope, document_ref)
-        task_id = _submit(conn, kb.actor.name, document_id)
-        return TaskRecord.from_row(queries.existing_task(conn, task_id))
+        return _submit(conn, kb.actor.name, document_id)
 
 
-def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -> DocumentRecord:
+def publish_document(kb: Kb, document_id: str, if_version: int | None = None) -> DocumentRecord:
     """review_pending -> published: move the published revision pointer in one step;
     archived -> published: serve the unpublished revision again, without reprocessing."""
     with kb.db.write() as conn:
-        document_id = resolve_document_id(conn, kb.scope, document_ref)
         document = queries.existing_document(conn, document_id, lock=True)
         require_status(document, PUBLISHABLE, "publish")
         if if_version is not None and if_version != document.version:
@@ -323,8 +333,9 @@ def _insert_document(
     return document_id
 
 
-def _submit(conn: Connection, actor: str, document_id: str) -> str:
-    """draft -> processing with a new queued task and its outbox event, in `conn`."""
+def _submit(conn: Connection, actor: str, document_id: str) -> TaskRecord:
+    """draft -> processing with a new queued task and its outbox event, in `conn`: the
+    task's record."""
     document = queries.existing_document(conn, document_id, lock=True)
     require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
@@ -369,10 +380,12 @@ def _submit(conn: Connection, actor: str, document_id: str) -> str:
             )
         ],
     )
-    data = task_event_data(queries.get_task(conn, task_id))
-    queries.insert_event(conn, EventType.TASK_QUEUED, document_id, task_id, data, now)
+    task = queries.existing_task(conn, task_id)
+    queries.insert_event(
+        conn, EventType.TASK_QUEUED, document_id, task_id, task_event_data(task), now
+    )
     queries.wake(conn, TASKS_CHANNEL)
-    return task_id
+    return TaskRecord.from_row(task, document.filename)
 
 
 # What a person can do next with a document in each status, for refusals.
@@ -404,6 +417,6 @@ def require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None:
         )
 
 
-def document_record_for(kb: Kb, document_ref: str) -> DocumentRecord:
+def document_record_for(kb: Kb, document_id: str) -> DocumentRecord:
     with kb.db.read() as conn:
-        return document_record(conn, resolve_document_id(conn, kb.scope, document_ref))
+        return document_record(conn, document_id)

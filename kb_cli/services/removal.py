@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 
 from kb_cli import queries
-from kb_cli.app import Kb, require_base, resolve_document_id
+from kb_cli.app import Kb, require_base
 from kb_cli.db import Connection, utcnow
 from kb_cli.errors import ConflictError, UsageError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, EventType
@@ -40,17 +40,17 @@ class Deletion:
 
 
 def plan(
-    kb: Kb, refs: list[str], status: str | None = None, base: str | None = None
+    kb: Kb, document_ids: list[str], status: str | None = None, base: str | None = None
 ) -> list[Deletion]:
-    """The documents named (ids or unique prefixes) or matching the filter, in the
-    caller's readable bases: all found, or nothing (not_found names the first missing)."""
-    if refs and (status or base):
+    """The documents named (full ids, as the guard resolved them) or matching the
+    filter, in the caller's readable bases."""
+    if document_ids and (status or base):
         raise UsageError("give document ids or a filter (--status, --base), not both")
-    if not refs and not (status or base):
+    if not document_ids and not (status or base):
         raise UsageError("say what to delete: document ids, or --status S and/or --base NAME")
     with kb.db.read() as conn:
-        if refs:
-            ids = list(dict.fromkeys(resolve_document_id(conn, kb.scope, ref) for ref in refs))
+        if document_ids:
+            ids = list(dict.fromkeys(document_ids))
         else:
             if base is not None:
                 require_base(conn, kb.scope, base)

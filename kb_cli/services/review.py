@@ -6,7 +6,7 @@ rejected revision then go in bounded batches, each its own transaction."""
 from __future__ import annotations
 
 from kb_cli import queries
-from kb_cli.app import Kb, resolve_document_id
+from kb_cli.app import Kb
 from kb_cli.errors import ConflictError, UsageError
 from kb_cli.lifecycle import REJECTABLE, DocStatus
 from kb_cli.records import DocumentRecord
@@ -16,14 +16,13 @@ from kb_cli.transitions import move_document
 MAX_REASON_CHARS = 500
 
 
-def reject_document(kb: Kb, document_ref: str, reason: str) -> DocumentRecord:
+def reject_document(kb: Kb, document_id: str, reason: str) -> DocumentRecord:
     """review_pending -> draft, or back to serving its published revision when the
     rejected one was to replace it; the reason is kept on the document and in history."""
     reason = " ".join(reason.split())
     if not reason or len(reason) > MAX_REASON_CHARS or not reason.isprintable():
         raise UsageError(f"--reason is 1 to {MAX_REASON_CHARS} printable characters")
     with kb.db.write() as conn:
-        document_id = resolve_document_id(conn, kb.scope, document_ref)
         document = queries.existing_document(conn, document_id, lock=True)
         require_status(document, REJECTABLE, "reject")
         serving = document.published_revision is not None
@@ -53,12 +52,11 @@ def _remove_revision(kb: Kb, document_id: str, revision: int) -> None:
                 return
 
 
-def unpublish_document(kb: Kb, document_ref: str) -> DocumentRecord:
+def unpublish_document(kb: Kb, document_id: str) -> DocumentRecord:
     """Search stops serving the document at commit. A published document is archived;
     one whose new revision is being worked on keeps its status. The chunks stay, so
     `kb publish` serves the revision again without reprocessing."""
     with kb.db.write() as conn:
-        document_id = resolve_document_id(conn, kb.scope, document_ref)
         document = queries.existing_document(conn, document_id, lock=True)
         served = document.published_revision
         if served is None:

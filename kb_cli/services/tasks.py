@@ -6,7 +6,7 @@ import time
 from typing import Protocol
 
 from kb_cli import queries
-from kb_cli.app import Kb, resolve_id, resolve_task_id
+from kb_cli.app import Kb
 from kb_cli.db import Connection, format_stamp, utcnow
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
@@ -18,8 +18,7 @@ from kb_cli.lifecycle import (
     EventType,
     TaskStatus,
 )
-from kb_cli.permissions import Scope
-from kb_cli.records import DocumentRecord, QueuePlace, TaskRecord
+from kb_cli.records import DocumentRecord, QueuePlace, Row, TaskRecord
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import cancel_task as cancel_task_row
 from kb_cli.transitions import move_document, requeue_task, task_event_data
@@ -28,20 +27,28 @@ WAIT_POLL_SECONDS = 0.2
 QUEUE_POLL_SECONDS = 1.0
 
 
-def get_record(kb: Kb, ref: str) -> DocumentRecord | TaskRecord:
-    """The task record for a task id, the document record for a document id."""
-    with kb.db.read() as conn:
-        kind, entity_id = resolve_id(conn, kb.scope, ref, "tasks", "documents")
-        if kind == "tasks":
-            return TaskRecord.from_row(queries.existing_task(conn, entity_id))
-        return document_record(conn, entity_id)
+# The services below take a full id and its kind, as the guard resolved them: a task's
+# id, or a document's (kind "documents") standing for its latest task.
 
 
-def get_task(kb: Kb, ref: str) -> TaskRecord:
+def get_record(kb: Kb, entity_id: str, kind: str | None = None) -> DocumentRecord | TaskRecord:
+    """The task record (naming its file) for a task id, the document record for a
+    document id."""
     with kb.db.read() as conn:
-        return TaskRecord.from_row(
-            queries.existing_task(conn, resolve_task_id(conn, kb.scope, ref))
-        )
+        if kind == "documents":
+            return document_record(conn, entity_id)
+        return _task_record(conn, queries.existing_task(conn, entity_id))
+
+
+def get_task(kb: Kb, task_id: str) -> TaskRecord:
+    with kb.db.read() as conn:
+        return TaskRecord.from_row(queries.existing_task(conn, task_id))
+
+
+def _task_record(conn: Connection, task: Row) -> TaskRecord:
+    """The task's record, naming its document's file (none when the document is gone)."""
+    document = queries.get_document(conn, task.document_id)
+    return TaskRecord.from_row(task, document.filename if document else None)
 
 
 class WaitWatcher(Protocol):
@@ -53,23 +60,27 @@ class WaitWatcher(Protocol):
 
 
 def wait_for_task(
-    kb: Kb, ref: str, timeout: float | None = None, watcher: WaitWatcher | None = None
+    kb: Kb,
+    entity_id: str,
+    kind: str | None = None,
+    timeout: float | None = None,
+    watcher: WaitWatcher | None = None,
 ) -> TaskRecord:
     """Poll the database until the task (or the document's latest task) ends."""
     with kb.db.read() as conn:
-        task_id = _task_id_for(conn, kb.scope, ref)
+        task_id = _task_id_for(conn, entity_id, kind)
         task = TaskRecord.from_row(queries.existing_task(conn, task_id))
         document = queries.get_document(conn, task.document_id)
+    filename = document.filename if document else None
     if watcher is not None:
-        name, size = (document.filename, document.size_bytes) if document else ("?", 0)
-        watcher.started(task, name, size)
+        watcher.started(task, filename or "?", document.size_bytes if document else 0)
     deadline = None if timeout is None else time.monotonic() + timeout
     queue = _QueueReader(kb)
     while True:
         with kb.db.read() as conn:
             row = queries.existing_task(conn, task_id)
             place = queue.place(conn, row) if watcher is not None else None
-        record = TaskRecord.from_row(row)
+        record = TaskRecord.from_row(row, filename)
         if watcher is not None:
             watcher(record, place)
         if record.status in TERMINAL_TASK_STATUSES:
@@ -97,11 +108,11 @@ class _QueueReader:
         return self.last
 
 
-def cancel_task(kb: Kb, ref: str) -> TaskRecord:
+def cancel_task(kb: Kb, entity_id: str, kind: str | None = None) -> TaskRecord:
     """queued/running/retry_wait -> cancelled; the document goes back to draft. A
     document id stands for its latest task."""
     with kb.db.write() as conn:
-        task_id = _task_id_for(conn, kb.scope, ref)
+        task_id = _task_id_for(conn, entity_id, kind)
         task = queries.existing_task(conn, task_id, lock=True)
         if task.status not in CANCELLABLE:
             raise ConflictError(
@@ -122,15 +133,16 @@ def cancel_task(kb: Kb, ref: str) -> TaskRecord:
                 detail=f"task {task_id}",
                 updated_at=now,
             )
-        return TaskRecord.from_row(queries.existing_task(conn, task_id))
+        filename = document.filename if document is not None else None
+        return TaskRecord.from_row(queries.existing_task(conn, task_id), filename)
 
 
-def retry_task(kb: Kb, ref: str) -> TaskRecord:
+def retry_task(kb: Kb, entity_id: str, kind: str | None = None) -> TaskRecord:
     """failed/failed -> queued/processing, on the same task row, attempt unchanged."""
     with kb.db.write() as conn:
-        task_id = _task_id_for(conn, kb.scope, ref)
-        _requeue(conn, kb.actor.name, task_id)
-        return TaskRecord.from_row(queries.existing_task(conn, task_id))
+        task_id = _task_id_for(conn, entity_id, kind)
+        filename = _requeue(conn, kb.actor.name, task_id)
+        return TaskRecord.from_row(queries.existing_task(conn, task_id), filename)
 
 
 def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
@@ -138,17 +150,16 @@ def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
         records = []
         for task_id in queries.failed_task_ids(conn, error_code, kb.scope):
             try:
-                _requeue(conn, kb.actor.name, task_id)
+                filename = _requeue(conn, kb.actor.name, task_id)
             except ConflictError:
                 continue  # e.g. an older failed task of a document that moved on
-            records.append(TaskRecord.from_row(queries.existing_task(conn, task_id)))
+            records.append(TaskRecord.from_row(queries.existing_task(conn, task_id), filename))
         return records
 
 
-def _task_id_for(conn: Connection, scope: Scope, ref: str) -> str:
+def _task_id_for(conn: Connection, entity_id: str, kind: str | None) -> str:
     """A task id, or a document id standing for its latest task."""
-    kind, entity_id = resolve_id(conn, scope, ref, "tasks", "documents")
-    if kind == "tasks":
+    if kind != "documents":
         return entity_id
     document = queries.existing_document(conn, entity_id)
     if document.latest_task_id is None:
@@ -156,7 +167,8 @@ def _task_id_for(conn: Connection, scope: Scope, ref: str) -> str:
     return document.latest_task_id
 
 
-def _requeue(conn: Connection, actor: str, task_id: str) -> None:
+def _requeue(conn: Connection, actor: str, task_id: str) -> str:
+    """Requeue the failed task: its document's file name."""
     task = queries.existing_task(conn, task_id, lock=True)
     document = queries.get_document(conn, task.document_id, lock=True)
     if document is None:
@@ -195,3 +207,4 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
     )
     data = task_event_data(requeued)
     queries.insert_event(conn, EventType.TASK_QUEUED, document.id, task_id, data, now)
+    return document.filename

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from kb_cli import queries
-from kb_cli.app import Kb, resolve_task_id
+from kb_cli.app import Kb
 from kb_cli.config import WorkerOptions
 from kb_cli.db import format_stamp, parse_stamp
 from kb_cli.engines import TASKS_CHANNEL, Watch
@@ -97,12 +97,13 @@ class Worker:
         self._watch: Watch | None = None
 
     def run(
-        self, task_ref: str | None = None, max_tasks: int | None = 1, loop: bool = False
+        self, task_id: str | None = None, max_tasks: int | None = 1, loop: bool = False
     ) -> Iterator[WorkResult]:
-        """Yield one result per claim attempt; stop when told, done, or out of work."""
+        """Yield one result per claim attempt (`task_id`: a full id, claimed alone); stop
+        when told, done, or out of work."""
         try:
-            if task_ref is not None:
-                yield self.run_once(task_ref)
+            if task_id is not None:
+                yield self.run_once(task_id)
                 return
             done = 0
             while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
@@ -146,12 +147,8 @@ class Worker:
             return poll
         return min(poll, max(MIN_WAIT_SECONDS, (parse_stamp(due) - now).total_seconds()))
 
-    def run_once(self, task_ref: str | None = None) -> WorkResult:
+    def run_once(self, task_id: str | None = None) -> WorkResult:
         worker_id = self.options.worker_id
-        task_id = None
-        if task_ref is not None:  # a prefix is resolved first, so logs carry the full id
-            with self.kb.db.read() as conn:
-                task_id = resolve_task_id(conn, self.kb.scope, task_ref)
         claim = self.claim(task_id)
         if claim is None:
             self.listener.missed(task_id)

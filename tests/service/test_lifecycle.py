@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb_cli import queries
+from kb_cli.app import resolve_id
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.services import documents as docs
@@ -79,7 +80,7 @@ def test_oversized_file_is_invalid_input(kb, tmp_path, monkeypatch):
 
 def test_submit_queues_a_task_with_an_outbox_event(kb, tmp_path):
     [doc] = docs.upload_files(kb, [write(tmp_path, "a.txt")])
-    task = docs.submit_document(kb, doc.document_id[:8])
+    task = docs.submit_document(kb, doc.document_id)
     assert (task.status, task.stage, task.completed, task.total, task.attempt) == (
         "queued",
         "download",
@@ -219,7 +220,7 @@ def test_failed_ingestion_can_be_requeued(kb, tmp_path):
     assert failed.task.error_code == "parse_error"
     docs.replace_file(kb, write(tmp_path, "good.pdf", make_pdf(["Fixed text"])), task.document_id)
     assert docs.document_record_for(kb, task.document_id).status == "failed"
-    requeued = tasks.retry_task(kb, task.document_id[:10])
+    requeued = tasks.retry_task(kb, task.document_id, "documents")  # its latest task
     assert requeued.task_id == task.task_id
     assert (requeued.status, requeued.stage, requeued.completed, requeued.total) == (
         "queued",
@@ -255,7 +256,7 @@ def test_retry_refuses_a_draft_document_and_a_cancelled_task(kb, tmp_path):
     with pytest.raises(ConflictError):
         tasks.retry_task(kb, task.task_id)
     with pytest.raises(ConflictError):
-        tasks.retry_task(kb, task.document_id)
+        tasks.retry_task(kb, task.document_id, "documents")
 
 
 def test_publish_needs_review_pending_and_the_right_version(kb, tmp_path):
@@ -291,12 +292,16 @@ def test_replace_rules_follow_the_document_status(kb, tmp_path):
 
 
 def test_ids_resolve_by_unique_prefix_only(kb, tmp_path):
+    def resolve(ref: str) -> tuple[str, str]:
+        with kb.db.read() as conn:
+            return resolve_id(conn, kb.scope, ref, "tasks", "documents")
+
     [doc] = docs.upload_files(kb, [write(tmp_path, "a.txt")])
-    assert tasks.get_record(kb, doc.document_id[:6]).document_id == doc.document_id
+    assert resolve(doc.document_id[:6]) == ("documents", doc.document_id)
     with pytest.raises(NotFoundError):
-        tasks.get_record(kb, doc.document_id[:5])
+        resolve(doc.document_id[:5])
     with pytest.raises(NotFoundError):
-        tasks.get_record(kb, "ffffffff-0000")
+        resolve("ffffffff-0000")
     with kb.db.write() as conn:  # force two ids that share a prefix
         conn.execute(
             "UPDATE documents SET id = 'abcdef01-x' WHERE id = :id", {"id": doc.document_id}
@@ -305,7 +310,7 @@ def test_ids_resolve_by_unique_prefix_only(kb, tmp_path):
     with kb.db.write() as conn:
         conn.execute("UPDATE documents SET id = 'abcdef02-y' WHERE id != 'abcdef01-x'")
     with pytest.raises(InvalidInputError):
-        tasks.get_record(kb, "abcdef0")
+        resolve("abcdef0")
 
 
 def test_every_state_change_is_audited(kb, tmp_path):

@@ -1,0 +1,57 @@
+"""What SQL a command costs: an id prefix is looked up once (by the guard), and an
+upload reads back nothing it wrote. Counted with SQLite's trace (benchmarks/statements.py
+prints the full counts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import sql_traced, sqlite_only
+
+pytestmark = sqlite_only
+
+
+@pytest.fixture
+def reviewed(invoke, tmp_path) -> str:
+    """A document waiting for review: its id."""
+    path = tmp_path / "first.txt"
+    path.write_text("alpha beta gamma\n", encoding="utf-8")
+    document_id = invoke("upload", str(path), "--submit", "--json").record["document_id"]
+    assert invoke("work", "--json").code == 0
+    return document_id
+
+
+def test_publish_by_prefix_looks_the_prefix_up_once(invoke, reviewed):
+    with sql_traced() as trace:
+        result = invoke("publish", reviewed[:8], "--json")
+    assert result.code == 0 and result.record["document_id"] == reviewed, result.stderr
+    assert trace.prefix_lookups == 1
+
+
+def test_publish_by_prefix_with_a_token_looks_the_prefix_up_once(invoke, reviewed):
+    token = invoke("user", "add", "root", "--role", "admin", "--json").record["token"]
+    with sql_traced() as trace:
+        result = invoke("publish", reviewed[:8], "--json", token=token)
+    assert result.code == 0 and result.record["status"] == "published", result.stderr
+    assert trace.prefix_lookups == 1
+
+
+def test_upload_and_submit_writes_once_and_reads_nothing_back(invoke, reviewed, tmp_path):
+    path = tmp_path / "second.txt"
+    path.write_text("alpha beta gamma\n", encoding="utf-8")  # the content of the first
+    with sql_traced() as trace:
+        result = invoke("upload", str(path), "--submit")
+    assert result.code == 0, result.stderr
+    assert "second.txt" in result.stdout  # the task's line names its file
+    assert "same content as first.txt" in result.stderr
+    # The schema check, the guard, and the one write that also finds the duplicate.
+    assert trace.transactions == 3
+
+
+def test_a_missing_id_is_looked_up_once_in_the_guard(invoke):
+    token = invoke("user", "add", "root", "--role", "admin", "--json").record["token"]
+    with sql_traced() as trace:
+        result = invoke("publish", "ffffffff", "--json", token=token)
+    assert result.code == 3 and result.error["error"] == "not_found", result.stderr
+    assert trace.prefix_lookups == 2  # as a document, then as a task for the hint
+    assert trace.transactions == 2  # no write began
