@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from kb_cli import engines
 from kb_cli.errors import (
@@ -112,6 +113,13 @@ class Database:
     one that lost its server is dropped, so the next transaction connects anew.
     """
 
+    # For measuring (the benchmarks time how long the worker holds SQLite's write lock):
+    # called after every committed transaction of the process with "read" or "write" and
+    # the seconds from BEGIN having returned (the write lock taken) to COMMIT having
+    # returned. Process-wide, so that it sees a command's database too; unset, it costs
+    # one check per transaction.
+    on_transaction: ClassVar[Callable[[str, float], None] | None] = None
+
     def __init__(self, url: str, busy_timeout_seconds: float, wake: bool = True) -> None:
         self.url = url
         self.busy_timeout_seconds = busy_timeout_seconds
@@ -132,8 +140,10 @@ class Database:
 
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Connection]:
+        observer = Database.on_transaction
         with self._translate_errors():
             raw = self._begin(write)
+            began = time.perf_counter() if observer is not None else 0.0
             try:
                 yield Connection(raw, self.engine)
                 self.engine.commit(raw)
@@ -143,6 +153,8 @@ class Database:
                 raise
             finally:
                 self._release(raw)
+        if observer is not None:
+            observer("write" if write else "read", time.perf_counter() - began)
 
     def _begin(self, write: bool) -> Any:
         """A connection with its transaction begun. A pooled connection that the server

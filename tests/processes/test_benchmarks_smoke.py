@@ -1,4 +1,5 @@
-"""The benchmark suite keeps working: every case runs on tiny sizes. Nothing is timed here."""
+"""The benchmark suite keeps working: every case runs on tiny sizes, and cases are chosen
+by number or name. Nothing is timed here."""
 
 from __future__ import annotations
 
@@ -29,3 +30,15 @@ def test_benchmarks_run_on_tiny_sizes(tmp_path):
     contention = next(row for row in report["rows"] if row["case"].startswith("3"))
     assert contention["extra"]["lock_errors"] == 0 and contention["extra"]["exactly_once"]
     assert "| case | metric |" in done.stdout
+
+
+@sqlite_only  # nothing here touches a database: once is enough
+def test_cases_are_chosen_by_number_or_name_in_the_suites_order():
+    script = str(REPO / "benchmarks" / "run.py")
+    run = {"env": kb_env(), "capture_output": True, "text": True, "timeout": 60}
+    listed = subprocess.run([sys.executable, script, "--list", "--case", "chunker", "6"], **run)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    chosen = [line.split()[:2] for line in listed.stdout.splitlines()]
+    assert chosen == [["6", "amplification"], ["12", "chunker"]]
+    unknown = subprocess.run([sys.executable, script, "--case", "16", "chunker"], **run)
+    assert unknown.returncode != 0 and "no case 16" in unknown.stderr

@@ -3,7 +3,7 @@ queues a task (writes an event), not by its poll.
 
 The fallback poll is set to 30 s here, so a claim within a few seconds can only come
 from the wake-up (LISTEN/NOTIFY on PostgreSQL, PRAGMA data_version on SQLite). No
-timing asserts beyond that: the measured latency is in benchmarks/ (case 13)."""
+timing asserts beyond that: the measured latency is in benchmarks/ (case 14)."""
 
 from __future__ import annotations
 
