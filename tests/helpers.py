@@ -379,6 +379,24 @@ def write_lock_held(task_id: str) -> Iterator[None]:
     engine.dispose()
 
 
+@contextlib.contextmanager
+def audit_writes_locked() -> Iterator[None]:
+    """Keep every other connection from writing the audit trail while reads go on: the
+    write lock on SQLite, a lock on the audit table on PostgreSQL."""
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql("BEGIN" if ON_POSTGRES else "BEGIN IMMEDIATE")
+        if ON_POSTGRES:
+            conn.exec_driver_sql("LOCK TABLE audit_events IN EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            conn.exec_driver_sql("ROLLBACK")
+    engine.dispose()
+
+
 def first_revision_database():
     """A database as the first schema revision left it, with one published document."""
     from kb_cli import migrations
