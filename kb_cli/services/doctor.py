@@ -298,7 +298,7 @@ def _changed_objects(kb: Kb, referenced: dict[str, str]) -> list[Problem]:
 
 def _sha256_of(kb: Kb, key: str) -> str | None:
     """The object's sha256, read in the store's blocks (memory stays one block); None
-    when it is no longer in a file store."""
+    when it is no longer in the store."""
     digest = hashlib.sha256()
     try:
         for block in kb.store.read_blocks(key):
