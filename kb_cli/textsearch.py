@@ -37,6 +37,9 @@ _WORD = re.compile(rf"[{UNSPACED}]+|[^\W_]+")
 # The lexical index's tokenizer (SQLite FTS5; migration 0004 names the same).
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 _PHRASE = re.compile(r'"([^"]*)"|“([^”]*)”|「([^」]*)」')
+# Control characters separate words, as spaces do: no indexed text holds one (and
+# PostgreSQL refuses a NUL in any parameter).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @functools.cache
@@ -104,7 +107,10 @@ def parse_query(text: str) -> Query:
     ranks, except lone Chinese characters and stopwords (kb_cli/stopwords.py): these
     rank only when the query has nothing else, lone characters first. Operators and
     punctuation are plain text, never query syntax."""
-    phrases = [next(filter(None, groups)) for groups in _PHRASE.findall(text)]
+    text = _CONTROL.sub(" ", text)
+    # One group of each match holds the phrase (the others are ""); an empty or blank
+    # phrase ("", “ ”) asks for nothing and is dropped.
+    phrases = ["".join(groups) for groups in _PHRASE.findall(text)]
     phrases = [" ".join(phrase.split()) for phrase in phrases if phrase.strip()]
     loose = words(_PHRASE.sub(" ", text))
     phrase_words = [word for phrase in phrases for word in words(phrase)]

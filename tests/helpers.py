@@ -238,6 +238,34 @@ def hits(invoke, query: str) -> list[dict]:
     return result.records
 
 
+# Pieces a hostile query is made of: quotes of every kind (paired, lone, empty), the
+# lexical index's operators and syntax, control characters, Chinese, a word that is
+# very long.
+_QUERY_PIECES = [
+    '"', "“", "”", "「", "」", "'", "`", "«", "»", "‘", "’", '""', "“”", "「」", '" "', "<>",
+    "AND", "OR", "NOT", "NEAR", "NEAR(a,b)", "*", "^", ":", "(", ")", "{", "}", "-", "+", "|",
+    "&", "!", "<->", "%", "_", "\\", "col:x", "a*", "invoices", "budget", "review", "the", "é",
+    "报销", "知识库", "锁", "\x00", "\x1b[31m", "\x7f", "\t", "\n", "\r", "\u200b", "\ufeff",
+    '"in\x00voices"',
+]  # fmt: skip
+
+
+def hostile_queries(max_pieces: int = 12):
+    """A hypothesis strategy of search queries made to break query parsing."""
+    from hypothesis import strategies as st
+
+    piece = st.one_of(
+        st.sampled_from(_QUERY_PIECES),
+        st.text(max_size=8),
+        st.characters(max_codepoint=0x9F),  # control characters among ASCII
+        st.text(alphabet="ab报", min_size=200, max_size=3000),  # a very long word
+    )
+    spaced = st.sampled_from(["", " ", "  ", "\u3000"])
+    return st.lists(st.tuples(piece, spaced), max_size=max_pieces).map(
+        lambda parts: "".join(text + space for text, space in parts)
+    )
+
+
 # --- the test's object store -----------------------------------------------------------
 
 
@@ -344,6 +372,24 @@ def write_lock_held(task_id: str) -> Iterator[None]:
             )
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.exec_driver_sql("ROLLBACK")
+    engine.dispose()
+
+
+@contextlib.contextmanager
+def audit_writes_locked() -> Iterator[None]:
+    """Keep every other connection from writing the audit trail while reads go on: the
+    write lock on SQLite, a lock on the audit table on PostgreSQL."""
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql("BEGIN" if ON_POSTGRES else "BEGIN IMMEDIATE")
+        if ON_POSTGRES:
+            conn.exec_driver_sql("LOCK TABLE audit_events IN EXCLUSIVE MODE")
         try:
             yield
         finally:

@@ -61,20 +61,30 @@ def doctor(
             "and report each fix.",
         ),
     ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Also read every stored original and compare it with the sha256 recorded "
+            "at upload (reads the whole store).",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Check the invariants; exit 4 when a problem remains.
 
     Checks document/task status pairs, chunks only where allowed, no running task with
     an expired lease, every referenced object present, no orphan objects, every document
-    in an existing knowledge base, no base access for a missing team or user.
+    in an existing knowledge base, no base access for a missing team or user; with
+    --verify, also that every stored original still has the bytes it was uploaded with.
 
     Example: kb doctor --repair
     """
     from kb_cli.errors import ProblemsFound
     from kb_cli.services import doctor as doctor_service
 
-    report = doctor_service.check(open_kb(ctx, DOCTOR, create=False), repair=repair)
+    kb = open_kb(ctx, DOCTOR, create=False)
+    report = doctor_service.check(kb, repair=repair, verify=verify)
     console.print_doctor(report, json_out)
     if not report.ok:
         raise ProblemsFound(f"doctor found {len(report.problems)} problem(s)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from typing import Any
@@ -11,6 +10,7 @@ from kb_cli.console.core import (
     emit,
     is_fancy,
     log_wrapped,
+    quoted,
     rich_console,
     visible,
     warn,
@@ -30,7 +30,7 @@ _MARK = re.compile(r"\[[^\[\]]+\]")
 def _where(hit: SearchHit) -> str:
     """File, revision, chunk, page, heading and ranks of a hit, space separated."""
     place = f" page={hit.page}" if hit.page else ""
-    place += f" heading={json.dumps(hit.heading, ensure_ascii=False)}" if hit.heading else ""
+    place += f" heading={quoted(hit.heading)}" if hit.heading else ""
     ranks = "".join(
         f" {name}#{rank}"
         for name, rank in (("words", hit.lexical_rank), ("meaning", hit.vector_rank))

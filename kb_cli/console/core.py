@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
@@ -40,11 +41,25 @@ def emit(line: str) -> None:
 # One encoder for every line: json.dumps with options builds a new one per call.
 # NaN and Infinity are not JSON: a record holding one is a bug, never a line on stdout.
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+# JSON escapes the C0 controls (newline, ESC) but leaves DEL and the C1 controls raw,
+# which a terminal may act on. Inside a JSON string \u007f is the same character.
+_RAW_CONTROLS = re.compile("[\x7f-\x9f]")
+
+
+def _escaped(encoded: str) -> str:
+    return _RAW_CONTROLS.sub(lambda char: f"\\u{ord(char.group()):04x}", encoded)
 
 
 def write_json(record: Any) -> None:
     data = record.to_dict() if hasattr(record, "to_dict") else record
-    emit(_JSON.encode(data))
+    emit(_escaped(_JSON.encode(data)))
+
+
+def quoted(value: Any, compact: bool = False) -> str:
+    """A value as JSON for a field of a plain line (file="a b.txt"): every control
+    character escaped (newline, ESC, DEL, C1), everything printable as it is."""
+    return _escaped((_COMPACT_JSON if compact else _JSON).encode(value))
 
 
 def write_json_lines(records: Iterable[Any]) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from kb_cli.console.core import cut_to, emit, is_fancy, log, short, visible, write_json
+from kb_cli.console.core import cut_to, emit, is_fancy, log, quoted, short, visible, write_json
 from kb_cli.records import EventRecord
 
 if TYPE_CHECKING:
@@ -18,7 +17,7 @@ def event_line(event: EventRecord) -> str:
     subject = f"document={event.document_id}"
     if event.task_id:
         subject += f" task={event.task_id}"
-    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+    data = quoted(event.data, compact=True)
     return f"{event.event_id} {event.at} {event.type} base={event.base} {subject} {data}"
 
 

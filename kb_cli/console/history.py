@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
-from kb_cli.console.core import cell, counted, rich_console, short
+from kb_cli.console.core import cell, counted, quoted, rich_console, short
 from kb_cli.records import AuditRecord
 
 
 def audit_line(event: AuditRecord) -> str:
     change = f"{event.from_status or '-'} -> {event.to_status or '-'}"
-    detail = f" {json.dumps(event.detail, ensure_ascii=False)}" if event.detail else ""
+    detail = f" {quoted(event.detail)}" if event.detail else ""
     return f"{event.at} {event.actor} {event.action} {event.entity_id} {change}{detail}"
 
 

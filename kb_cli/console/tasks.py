@@ -3,7 +3,6 @@ table for several."""
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +16,7 @@ from kb_cli.console.core import (
     human_size,
     is_fancy,
     log,
+    quoted,
     rich_console,
     short,
     stage_count,
@@ -48,16 +48,16 @@ def task_line(task: TaskRecord, filename: str | None = None) -> str:
         parts.append(f"retry_at={task.retry_at}")
     if task.error_code:
         parts.append(f"error={task.error_code}")
-        parts.append(f"detail={json.dumps(task.error_detail, ensure_ascii=False)}")
+        parts.append(f"detail={quoted(task.error_detail)}")
     if filename is not None:  # last, so that what reads the fields before is not moved
-        parts.append(f"file={json.dumps(filename, ensure_ascii=False)}")
+        parts.append(f"file={quoted(filename)}")
     return " ".join(parts)
 
 
 def document_line(document: DocumentRecord) -> str:
     parts = [
         f"document {document.document_id}",
-        f"file={json.dumps(document.filename, ensure_ascii=False)}",
+        f"file={quoted(document.filename)}",
         f"status={document.status}",
         f"version={document.version}",
         f"revision={document.revision}",
@@ -67,7 +67,7 @@ def document_line(document: DocumentRecord) -> str:
     if document.archived_revision is not None:
         parts.append(f"unpublished_revision={document.archived_revision}")
     if document.rejected_reason:
-        parts.append(f"rejected={json.dumps(document.rejected_reason, ensure_ascii=False)}")
+        parts.append(f"rejected={quoted(document.rejected_reason)}")
     task = document.latest_task
     if task:
         parts += [

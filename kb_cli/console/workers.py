@@ -14,6 +14,7 @@ from kb_cli.console.core import (
     cut_name,
     cut_to,
     log,
+    quoted,
     short,
     visible,
 )
@@ -45,10 +46,7 @@ class PlainWorkerLog:
             f"claimed task={task.task_id} worker={self.worker_id} status={task.status} "
             f"attempt={task.attempt}"
         )
-        log(
-            f"document={task.document_id} file={json.dumps(filename, ensure_ascii=False)} "
-            f"revision={task.revision}"
-        )
+        log(f"document={task.document_id} file={quoted(filename)} revision={task.revision}")
         self._last = None
 
     def missed(self, task_id: str | None) -> None:

@@ -277,14 +277,21 @@ def _hash(salt: str, secret: str) -> str:
 
 
 def record_refusal(kb: Kb, actor: str, command: str, target: str | None, reason: str) -> None:
-    """Best effort: a refusal is reported even if it cannot be logged (busy, read-only)."""
+    """Written the way a token's use is (note_use): best effort and brief. A refusal
+    waits at most BRIEF_WRITE_SECONDS for a locked database, so a hidden id is answered
+    as fast as a missing one (waiting out the busy timeout would tell them apart); one
+    that cannot be written then (locked longer, read-only, full) is answered all the
+    same, unrecorded, and says nothing of it: a word on stderr would tell them apart too."""
+    database = _brief_database(kb)
     try:
-        with kb.db.write() as conn:
+        with database.write() as conn:
             entity = _entity_for(conn, target) or f"command:{command}"
             event = audit_event(actor, "refused", entity, detail=f"{command}: {reason}")
             queries.insert_audit_events(conn, [event])
     except Exception:
         pass
+    finally:
+        database.close()
 
 
 def _entity_for(conn: Connection, target: str | None) -> str | None:
@@ -300,7 +307,12 @@ def _entity_for(conn: Connection, target: str | None) -> str | None:
 # --- when a token was last accepted (users.last_used_at) -----------------------------
 
 USE_NOTED_EVERY = timedelta(minutes=1)
-_NOTE_TIMEOUT_SECONDS = 0.1
+BRIEF_WRITE_SECONDS = 0.1  # a refusal's or a use's wait for a locked database
+
+
+def _brief_database(kb: Kb) -> Database:
+    """A connection of its own that waits at most BRIEF_WRITE_SECONDS for a lock."""
+    return Database(kb.db.url, min(BRIEF_WRITE_SECONDS, kb.db.busy_timeout_seconds))
 
 
 def _use_due(kb: Kb, user: Row) -> bool:
@@ -318,7 +330,7 @@ def note_use(kb: Kb, name: str) -> None:
     guarded UPDATE decides between racing commands). Best effort and brief: its own
     connection waits at most 0.1 s for a locked database, and a busy or read-only
     database is ignored, so a read-only command never fails or waits because of it."""
-    database = Database(kb.db.url, min(_NOTE_TIMEOUT_SECONDS, kb.db.busy_timeout_seconds))
+    database = _brief_database(kb)
     try:
         with database.write() as conn:
             queries.touch_user(conn, name, format_stamp(kb.clock.now()), _minute_ago(kb))

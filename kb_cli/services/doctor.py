@@ -7,6 +7,7 @@ emptied database, would otherwise make every original look like an orphan."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 
 from kb_cli import queries
@@ -51,8 +52,9 @@ class DoctorReport:
         }
 
 
-def check(kb: Kb, repair: bool = False) -> DoctorReport:
-    """Find every broken invariant; with `repair`, fix the safe ones and say so."""
+def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
+    """Find every broken invariant; with `repair`, fix the safe ones and say so; with
+    `verify`, also re-read every stored original and compare it with its sha256."""
     now = format_stamp(kb.clock.now())
     with kb.db.read() as conn:
         deleting = {row.id for row in removal.unfinished(conn)}
@@ -67,6 +69,10 @@ def check(kb: Kb, repair: bool = False) -> DoctorReport:
         referenced = queries.object_keys(conn)
         database_id = queries.database_id(conn)
     found += _objects(kb, referenced, deleting) + _foreign_store(kb, database_id)
+    if verify:
+        missing = {problem.id for problem in found if problem.kind == "missing_object"}
+        present = {key: id_ for key, id_ in referenced.items() if id_ not in missing | deleting}
+        found += _changed_objects(kb, present)
     if repair and any(problem.kind == "orphan_object" for problem in found):
         _require_own_store(kb, database_id, referenced)
     report = DoctorReport()
@@ -260,6 +266,46 @@ def _objects(kb: Kb, referenced: dict[str, str], deleting: set[str]) -> list[Pro
                 Problem("orphan_object", key, "no document refers to this object", None, key)
             )
     return problems
+
+
+def _changed_objects(kb: Kb, referenced: dict[str, str]) -> list[Problem]:
+    """Stored originals whose bytes no longer hash to the sha256 recorded at upload
+    (changed or damaged in the store), each read as a stream outside any transaction.
+    A mismatch counts only if the document still names that object and digest after
+    the read: a file replaced meanwhile is no problem."""
+    problems = []
+    for key, document_id in sorted(referenced.items()):
+        digest = _sha256_of(kb, key)
+        if digest is None:
+            continue  # gone since it was listed: a delete or a replacement
+        with kb.db.read() as conn:
+            document = queries.get_document(conn, document_id)
+        if document is None or document.object_key != key or digest == document.sha256:
+            continue
+        problems.append(
+            Problem(
+                "changed_object",
+                document.id,
+                f"object {key} of document {document.id} no longer matches the sha256 "
+                f"recorded at upload ({document.sha256[:12]}); upload the original again: "
+                f"kb upload FILE --replace {document.id[:8]}",
+                document.id,
+                key,
+            )
+        )
+    return problems
+
+
+def _sha256_of(kb: Kb, key: str) -> str | None:
+    """The object's sha256, read in the store's blocks (memory stays one block); None
+    when it is no longer in the store."""
+    digest = hashlib.sha256()
+    try:
+        for block in kb.store.read_blocks(key):
+            digest.update(block)
+    except FileNotFoundError:
+        return None
+    return digest.hexdigest()
 
 
 def _foreign_store(kb: Kb, database_id: str | None) -> list[Problem]:

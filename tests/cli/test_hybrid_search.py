@@ -132,6 +132,22 @@ def test_a_question_about_nothing_known_has_no_hits(invoke, corpus):
     assert invoke("search", "x", "--mode", "bogus").code == 2
 
 
+def test_an_empty_quoted_phrase_is_dropped_by_search_and_eval(invoke, tmp_path):
+    task = ingest(invoke, tmp_path, "budget.txt", "The budget review of invoices is in May.")
+    publish(invoke, task["document_id"])
+    for mode in ("hybrid", "lexical", "vector"):
+        for query, found in (('""', 0), ('invoices ""', 1), ("budget “” review", 1), ("「」", 0)):
+            result = invoke("search", query, "--mode", mode, "--json")
+            assert result.code == 0, (mode, query, result.stderr)
+            assert len(result.records) == found, (mode, query)
+    questions = tmp_path / "q.jsonl"
+    lines = [{"question": q, "expected": ["budget.txt"]} for q in ('invoices ""', "「」 budget")]
+    questions.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = invoke("eval", str(questions), "--json")
+    assert result.code == 0, result.stderr
+    assert result.records[-1]["hit_at_1"] == 1.0
+
+
 def test_without_embeddings_search_is_lexical(invoke, tmp_path, monkeypatch):
     monkeypatch.setenv("KB_EMBEDDINGS", "none")
     task = ingest(invoke, tmp_path, "a.md", "Backups run nightly in the primary region.")

@@ -4,13 +4,14 @@ filtered before scoring, and open mode unchanged."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
 
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from tests.helpers import SAMPLES, db_rows, first_revision_database
+from tests.helpers import SAMPLES, audit_writes_locked, db_rows, first_revision_database
 
 KNOWLEDGE = SAMPLES / "knowledge"
 P1_QUESTION = "P1 故障要求几分钟响应？"
@@ -291,6 +292,39 @@ def test_every_role_base_and_command(invoke, two_bases, tmp_path, role, base, co
     assert why in refusal["detail"]
     shown = ok(invoke("history", target, "--json", token=admin))  # a document's or base:NAME
     assert any(e["action"] == "refused" and e["actor"] == user for e in shown)
+
+
+def test_a_hidden_id_is_refused_as_fast_as_a_missing_one_while_writes_wait(
+    invoke, tmp_path, monkeypatch
+):
+    """The refusal of a hidden id waits for the audit trail as briefly as a token's use
+    does: waiting out the busy timeout would tell it from an id that does not exist."""
+    admin, reader = admin_reader_and_a_secret_base(invoke)
+    note = tmp_path / "secret.md"
+    note.write_text("# Secret\n\nThe launch code.")
+    [hidden] = ok(invoke("upload", str(note), "--base", "secret", "--json", token=admin))
+    missing = "f" * len(hidden["document_id"])
+    monkeypatch.setenv("KB_BUSY_TIMEOUT", "3")
+
+    def answer(document_id: str) -> tuple[float, str]:
+        started = time.monotonic()
+        result = invoke("status", document_id, "--json", token=reader)
+        not_found(result)
+        return time.monotonic() - started, result.error["message"].replace(document_id, "ID")
+
+    with audit_writes_locked():
+        for _ in range(3):
+            (hidden_took, hidden_says), (missing_took, missing_says) = (
+                answer(hidden["document_id"]),
+                answer(missing),
+            )
+            assert hidden_says == missing_says
+            assert hidden_took < missing_took + 0.5, (hidden_took, missing_took)
+    refusals = [e for e in _audit_of(hidden["document_id"]) if e["action"] == "refused"]
+    assert refusals == []  # locked past the brief wait: answered, unrecorded (docs/access.md)
+    not_found(invoke("status", hidden["document_id"], "--json", token=reader))
+    [refusal] = [e for e in _audit_of(hidden["document_id"]) if e["action"] == "refused"]
+    assert refusal["actor"] == "fiona"
 
 
 def test_retry_all_failed_requeues_only_readable_bases(invoke, two_bases):

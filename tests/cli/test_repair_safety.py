@@ -6,10 +6,13 @@ import json
 import os
 import stat
 import time
+import tracemalloc
 from pathlib import Path
 
+from kb_cli.services import doctor
 from tests.helpers import (
     ON_POSTGRES,
+    db_rows,
     file_store_only,
     kb_env,
     remove_objects,
@@ -120,6 +123,44 @@ def test_doctor_names_the_document_of_a_missing_object(tmp_path, kb_home):
     assert problem["kind"] == "missing_object"
     assert problem["id"] == problem["document_id"] == document["document_id"]
     assert problem["object_key"] and document["document_id"] in problem["detail"]
+
+
+@on_disk
+def test_doctor_verify_finds_an_original_changed_in_the_store(tmp_path, kb_home, kb):
+    changed, intact = upload(tmp_path, "changed.txt"), upload(tmp_path, "intact.txt")
+    [row] = db_rows("SELECT object_key FROM documents WHERE id = :id", id=changed["document_id"])
+    path = kb.store.local_path(row["object_key"])
+    data = bytearray(path.read_bytes())
+    data[0] ^= 1  # one bit, the size unchanged
+    path.write_bytes(bytes(data))
+    assert run_in_process("doctor", "--json").code == 0  # no invariant looks at the bytes
+    for options in (["--verify"], ["--verify", "--repair"]):  # reported, never repaired
+        found = run_in_process("doctor", *options, "--json")
+        assert found.code == 4, found.stderr
+        [problem] = json.loads(found.stdout)["problems"]
+        assert problem["kind"] == "changed_object"
+        assert problem["id"] == problem["document_id"] == changed["document_id"]
+        assert problem["object_key"] == row["object_key"]
+        assert intact["document_id"] not in problem["detail"]
+    original = tmp_path / "changed.txt"
+    replaced = run_in_process("upload", str(original), "--replace", changed["document_id"])
+    assert replaced.code == 0, replaced.stderr
+    assert run_in_process("doctor", "--verify", "--json").code == 0
+
+
+@on_disk
+def test_doctor_verify_reads_an_original_in_blocks(tmp_path, kb_home, kb):
+    path = tmp_path / "large.txt"
+    path.write_bytes(b"words " * 5_000_000)  # 30 MB
+    assert run_in_process("upload", str(path), "--json").code == 0
+    tracemalloc.start()
+    try:
+        report = doctor.check(kb, verify=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.ok, report.problems
+    assert peak < 8 * 1024 * 1024, peak  # a block or two, never the object
 
 
 @sqlite_only

@@ -5,6 +5,7 @@ processes: tests/processes/test_races.py and test_screens.py.)"""
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import random
 
@@ -63,6 +64,32 @@ def test_an_overlong_id_is_not_found_and_the_refusal_is_audited(command):
     assert "60000 characters" in result.error["message"]
     refused = db_rows("SELECT entity_id, detail FROM audit_events WHERE action = 'refused'")
     assert len(refused) == 1 and refused[0]["entity_id"] == LONG_ID[:100]
+
+
+def test_control_characters_in_file_names_are_escaped_in_piped_output(tmp_path):
+    """DEL and the C1 controls are escaped as newline and ESC are, in plain lines and
+    JSON alike; JSON readers get the name back as it was."""
+    name = "a\x7fb \x9b31m \x1b[31m\nforged.txt"
+    (tmp_path / name).write_text("control words")
+    uploaded = run_in_process("upload", str(tmp_path / name), "--submit")
+    assert uploaded.code == 0, uploaded.stderr
+    document_id = run_in_process("status", "--json").record["document_id"]
+    outputs = [
+        uploaded,
+        run_in_process("work"),
+        run_in_process("status"),
+        run_in_process("status", document_id),
+        run_in_process("status", "--json"),
+        run_in_process("history", document_id),
+        run_in_process("events"),
+        run_in_process("events", "--json"),
+    ]
+    for result in outputs:
+        assert result.code == 0, result.stderr
+        shown = result.stdout + result.stderr
+        assert not {"\x7f", "\x9b", "\x1b"} & set(shown), shown
+    assert '"a\\u007fb \\u009b31m \\u001b[31m\\nforged.txt"' in outputs[2].stdout
+    assert json.loads(outputs[4].stdout)["filename"] == name
 
 
 def test_a_token_that_is_not_utf8_is_forbidden():

@@ -125,6 +125,22 @@ def test_doctor_lists_the_prefix_and_quarantines_its_orphans(tmp_path, store):
     assert [key for key, _ in store.entries()] == [row["object_key"]]
 
 
+def test_doctor_verify_streams_every_object_and_finds_a_changed_one(tmp_path, store):
+    import obstore
+
+    document = upload(tmp_path, "kept.txt")
+    assert doctor.check(later(0), verify=True).ok
+    [row] = db_rows("SELECT object_key FROM documents WHERE id = :id", id=document["document_id"])
+    key = row["object_key"]
+    obstore.put(store._s3, f"{layout.shard_of(key)}/{key}", b"other words")  # behind kb's back
+    [problem] = doctor.check(later(0), verify=True).problems
+    assert (problem.kind, problem.id, problem.object_key) == (
+        "changed_object",
+        document["document_id"],
+        key,
+    )
+
+
 def test_doctor_never_repairs_a_prefix_that_names_another_database(tmp_path, store):
     import obstore
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from kb_cli.chunking import chunk_blocks
 from kb_cli.embeddings.local import TOKENIZER_FILE, WEIGHTS_FILE, LocalEmbedder, package_dir
 from kb_cli.parsers import Block
 from kb_cli.ranking import best_per_document, fuse, top_similar
-from kb_cli.textsearch import index_terms, parse_query
+from kb_cli.textsearch import index_terms, matched_spans, parse_query, snippet
+from tests.helpers import hostile_queries
 
 # --- words -----------------------------------------------------------------------------
 
@@ -41,6 +44,30 @@ def test_stopwords_do_not_rank_but_a_phrase_keeps_its_words():
     # A lone Chinese character is a particle or a generic verb, unless it is all there is.
     assert "跑" not in parse_query("进程已经在跑了，怎么打开 GC 日志？").terms
     assert parse_query("锁").terms == ["锁"]
+
+
+@pytest.mark.parametrize("text", ['""', 'invoices ""', "budget “” review", "「」", '" "', "“ ”"])
+def test_an_empty_quoted_phrase_is_dropped(text):
+    query = parse_query(text)
+    assert query.phrases == []
+    assert query.terms == [word for word in ("invoices", "budget", "review") if word in text]
+
+
+# No shrinking: a failure is reported at once instead of after a long minimisation.
+@settings(
+    max_examples=150,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(text=hostile_queries(), chunk=st.text(max_size=300))
+def test_property_any_text_parses_into_a_query_a_snippet_can_mark(text, chunk):
+    query = parse_query(text)
+    assert all(phrase.strip() for phrase in query.phrases)
+    assert all(term.strip() for term in query.terms)
+    for span in matched_spans(chunk + " " + text, query):
+        assert 0 <= span.start < span.end
+    assert isinstance(snippet(chunk, query), str)
 
 
 def test_a_line_break_inside_chinese_words_is_no_space():
