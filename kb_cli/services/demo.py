@@ -304,7 +304,7 @@ class _Demo:
         with self.kb.db.read() as conn:
             for outcome in self.outcomes.values():
                 document = queries.existing_document(conn, outcome.document_id)
-                task = queries.existing_task(conn, document.latest_task_id)
+                task = queries.existing_task(conn, document.latest_task_id or "")
                 outcome.status, outcome.task_status = document.status, task.status
                 outcome.attempt, outcome.error_code = task.attempt, task.error_code
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base, resolve_document_id
-from kb_cli.db import Connection, utcnow
+from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import (
@@ -24,7 +24,7 @@ from kb_cli.lifecycle import (
 )
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
-from kb_cli.records import DocumentRecord, Row, TaskRecord
+from kb_cli.records import DocumentRecord, DocumentRow, TaskRecord
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document, task_event_data
 
@@ -50,11 +50,13 @@ def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DE
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
             ids = [
-                _insert_document(conn, kb.actor.name, base, up, obj)
+                _insert_document(conn, kb.actor.name, base, up, obj, kb.timestamp())
                 for up, obj in zip(uploads, stored, strict=True)
             ]
             if submit:
-                task_ids = [_submit(conn, kb.actor.name, document_id) for document_id in ids]
+                task_ids = [
+                    _submit(conn, kb.actor.name, document_id, kb.timestamp()) for document_id in ids
+                ]
                 return [TaskRecord.from_row(queries.existing_task(conn, t)) for t in task_ids]
             return [document_record(conn, document_id) for document_id in ids]
     except BaseException:
@@ -87,7 +89,7 @@ def duplicates(kb: Kb, document_ids: list[str]) -> list[Duplicate]:
             conn, uploaded[0].base, [row.sha256 for row in uploaded]
         )
     new_ids = set(document_ids)
-    first_with: dict[str, Row] = {
+    first_with: dict[str, queries.DocumentFile] = {
         row.sha256: row for row in reversed(earlier) if row.id not in new_ids
     }
     in_base = set(first_with)
@@ -140,6 +142,7 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
                 sha256=obj.sha256,
                 object_key=obj.key,
                 revision=document.revision + 1,
+                updated_at=kb.timestamp(),
             )
             queries.delete_artefacts(conn, document_id)  # parses of the superseded file
             record = document_record(conn, document_id)
@@ -154,7 +157,7 @@ def replace_file(kb: Kb, path: Path, document_ref: str) -> DocumentRecord:
 def submit_document(kb: Kb, document_ref: str) -> TaskRecord:
     with kb.db.write() as conn:
         document_id = resolve_document_id(conn, kb.scope, document_ref)
-        task_id = _submit(conn, kb.actor.name, document_id)
+        task_id = _submit(conn, kb.actor.name, document_id, kb.timestamp())
         return TaskRecord.from_row(queries.existing_task(conn, task_id))
 
 
@@ -171,13 +174,14 @@ def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -
             )
         revision = document.revision
         if document.status == DocStatus.ARCHIVED:
-            revision = document.archived_revision
-            if not queries.revision_has_chunks(conn, document_id, revision):
+            archived = document.archived_revision
+            if archived is None or not queries.revision_has_chunks(conn, document_id, archived):
                 raise ConflictError(
                     f"cannot publish document {document_id} again: the chunks of revision "
-                    f"{revision} are gone; upload it again (kb upload FILE --replace "
+                    f"{archived} are gone; upload it again (kb upload FILE --replace "
                     f"{document_id}) and submit it"
                 )
+            revision = archived
         moved = move_document(
             conn,
             document,
@@ -188,6 +192,7 @@ def publish_document(kb: Kb, document_ref: str, if_version: int | None = None) -
             if_version=if_version,
             published_revision=revision,
             archived_revision=None,
+            updated_at=kb.timestamp(),
         )
         if not moved:
             raise ConflictError(f"document {document_id} changed meanwhile; read it and retry")
@@ -204,7 +209,7 @@ def publish_all_reviewed(kb: Kb) -> Iterator[DocumentRecord]:
         waiting = queries.list_documents(conn, DocStatus.REVIEW_PENDING, scope=kb.scope)
     for document in waiting:  # newest first, as `kb status` lists them
         try:
-            yield publish_document(kb, document.id)
+            yield publish_document(kb, document.document_id)
         except (ConflictError, NotFoundError):
             continue
 
@@ -213,15 +218,14 @@ def document_record(conn: Connection, document_id: str) -> DocumentRecord:
     rows = queries.list_documents(conn, document_id=document_id)
     if not rows:
         raise NotFoundError(f"no document with id {document_id!r}")
-    return DocumentRecord.from_listing(rows[0])
+    return rows[0]
 
 
 def list_document_records(
     kb: Kb, status: str | None = None, error_code: str | None = None
 ) -> list[DocumentRecord]:
     with kb.db.read() as conn:
-        rows = queries.list_documents(conn, status, error_code, scope=kb.scope)
-    return [DocumentRecord.from_listing(row) for row in rows]
+        return queries.list_documents(conn, status, error_code, scope=kb.scope)
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -295,10 +299,9 @@ def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
 
 
 def _insert_document(
-    conn: Connection, actor: str, base: str, upload: _Upload, obj: StoredObject
+    conn: Connection, actor: str, base: str, upload: _Upload, obj: StoredObject, now: str
 ) -> str:
     document_id = str(uuid.uuid4())
-    now = utcnow()
     queries.insert_document(
         conn,
         id=document_id,
@@ -318,17 +321,16 @@ def _insert_document(
     )
     queries.insert_audit_events(
         conn,
-        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.filename, now)],
+        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.filename, at=now)],
     )
     return document_id
 
 
-def _submit(conn: Connection, actor: str, document_id: str) -> str:
+def _submit(conn: Connection, actor: str, document_id: str, now: str) -> str:
     """draft -> processing with a new queued task and its outbox event, in `conn`."""
     document = queries.existing_document(conn, document_id, lock=True)
     require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
-    now = utcnow()
     queries.insert_task(
         conn,
         id=task_id,
@@ -365,11 +367,11 @@ def _submit(conn: Connection, actor: str, document_id: str) -> str:
                 None,
                 TaskStatus.QUEUED,
                 f"document {document_id} revision {document.revision}",
-                now,
+                at=now,
             )
         ],
     )
-    data = task_event_data(queries.get_task(conn, task_id))
+    data = task_event_data(queries.existing_task(conn, task_id))
     queries.insert_event(conn, EventType.TASK_QUEUED, document_id, task_id, data, now)
     queries.wake(conn, TASKS_CHANNEL)
     return task_id
@@ -390,7 +392,7 @@ NEXT_STEP = {
 _OUTCOME = {"publish": DocStatus.PUBLISHED, "submit": DocStatus.PROCESSING}
 
 
-def require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None:
+def require_status(document: DocumentRow | None, allowed: tuple[DocStatus, ...], verb: str) -> None:
     """A conflict unless the document's status is one `verb` takes: the status, once,
     and what to do next."""
     if document is None:

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from kb_cli import queries
 from kb_cli.app import Kb, resolve_id, resolve_task_id
-from kb_cli.db import Connection, format_stamp, utcnow
+from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
     CANCELLABLE,
@@ -19,7 +19,7 @@ from kb_cli.lifecycle import (
     TaskStatus,
 )
 from kb_cli.permissions import Scope
-from kb_cli.records import DocumentRecord, QueuePlace, TaskRecord
+from kb_cli.records import DocumentRecord, QueuePlace, TaskRecord, TaskRow
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import cancel_task as cancel_task_row
 from kb_cli.transitions import move_document, requeue_task, task_event_data
@@ -87,7 +87,7 @@ class _QueueReader:
         self.last: QueuePlace | None = None
         self.read_at = -QUEUE_POLL_SECONDS
 
-    def place(self, conn: Connection, task) -> QueuePlace | None:
+    def place(self, conn: Connection, task: TaskRow) -> QueuePlace | None:
         if task.status != TaskStatus.QUEUED:
             self.last = None
         elif self.last is None or time.monotonic() - self.read_at >= QUEUE_POLL_SECONDS:
@@ -108,7 +108,7 @@ def cancel_task(kb: Kb, ref: str) -> TaskRecord:
                 f"cannot cancel task {task_id}: it is {task.status}; only queued, running "
                 "or retry_wait tasks can be cancelled"
             )
-        now = utcnow()
+        now = kb.timestamp()
         cancel_task_row(conn, task, actor=kb.actor.name, now=now)
         document = queries.get_document(conn, task.document_id, lock=True)
         if document is not None and document.status == DocStatus.PROCESSING:
@@ -129,7 +129,7 @@ def retry_task(kb: Kb, ref: str) -> TaskRecord:
     """failed/failed -> queued/processing, on the same task row, attempt unchanged."""
     with kb.db.write() as conn:
         task_id = _task_id_for(conn, kb.scope, ref)
-        _requeue(conn, kb.actor.name, task_id)
+        _requeue(conn, kb.actor.name, task_id, kb.timestamp())
         return TaskRecord.from_row(queries.existing_task(conn, task_id))
 
 
@@ -138,7 +138,7 @@ def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
         records = []
         for task_id in queries.failed_task_ids(conn, error_code, kb.scope):
             try:
-                _requeue(conn, kb.actor.name, task_id)
+                _requeue(conn, kb.actor.name, task_id, kb.timestamp())
             except ConflictError:
                 continue  # e.g. an older failed task of a document that moved on
             records.append(TaskRecord.from_row(queries.existing_task(conn, task_id)))
@@ -156,7 +156,7 @@ def _task_id_for(conn: Connection, scope: Scope, ref: str) -> str:
     return document.latest_task_id
 
 
-def _requeue(conn: Connection, actor: str, task_id: str) -> None:
+def _requeue(conn: Connection, actor: str, task_id: str, now: str) -> None:
     task = queries.existing_task(conn, task_id, lock=True)
     document = queries.get_document(conn, task.document_id, lock=True)
     if document is None:
@@ -172,7 +172,6 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
             f"task {task_id} is not the latest task of its document: "
             f"kb retry {document.id} retries the latest"
         )
-    now = utcnow()
     requeued = requeue_task(
         conn,
         task,
@@ -193,5 +192,6 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> None:
         detail=f"task {task_id}",
         updated_at=now,
     )
+    assert requeued is not None  # required: a lost race raised ConflictError
     data = task_event_data(requeued)
     queries.insert_event(conn, EventType.TASK_QUEUED, document.id, task_id, data, now)
