@@ -37,7 +37,7 @@ class NewUser:
     token: str
     teams: list[str]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"user": self.user, "role": self.role, "token": self.token, "teams": self.teams}
 
 
@@ -66,7 +66,9 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None) -> Actor:
     raise error
 
 
-def _check_role(user: UserRow | None, rule: Rule) -> tuple[Actor, tuple | None]:
+def _check_role(
+    user: UserRow | None, rule: Rule
+) -> tuple[Actor, tuple[str | None, KbError, str] | None]:
     """The caller (the user KB_TOKEN names), and (None, forbidden, why) when the token
     or its role refuses."""
     if user is None:

@@ -42,7 +42,7 @@ class DoctorReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "ok": self.ok,
             "problems": [asdict(problem) for problem in self.problems],

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base, resolve_document_id
@@ -40,7 +41,9 @@ class _Upload:
         return _shown(self.path.name)
 
 
-def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> list:
+def upload_files(
+    kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE
+) -> list[Any]:  # TaskRecords with `submit`, else DocumentRecords
     """Store each file as a draft document of `base` (and submit it); all or nothing."""
     if not paths:
         raise UsageError("give at least one file to upload")

@@ -80,7 +80,7 @@ class Delivery:
     attempts: int
     http_status: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 

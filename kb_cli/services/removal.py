@@ -35,7 +35,7 @@ class Deletion:
     tasks: int
     deleted: bool
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 
