@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 
 class DocumentRow(NamedTuple):
-    """A row of `documents`; queries select DOCUMENT_ROW (its fields, in order)."""
+    """A row of `documents`: kb_cli/queries.py selects its fields, in this order."""
 
     id: str
     base: str
@@ -36,7 +36,7 @@ class DocumentRow(NamedTuple):
 
 
 class TaskRow(NamedTuple):
-    """A row of `ingestion_tasks`; queries select TASK_ROW (its fields, in order)."""
+    """A row of `ingestion_tasks`: kb_cli/queries.py selects its fields, in this order."""
 
     id: str
     document_id: str
