@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict, Unpack
 
@@ -287,19 +287,62 @@ def _insert_sql(table: str, columns: tuple[str, ...]) -> str:
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values})"
 
 
-def _insert(conn: Connection, table: str, values: dict[str, Any]) -> None:
+def _insert(conn: Connection, table: str, values: Mapping[str, object]) -> None:
     conn.execute(_insert_sql(table, tuple(values)), values)
 
 
-def insert_document(conn: Connection, **values: Any) -> None:
+class DocumentInsert(TypedDict):
+    """A new document's columns (those not named start NULL)."""
+
+    id: str
+    base: str
+    filename: str
+    content_type: str
+    size_bytes: int
+    sha256: str
+    object_key: str
+    status: str
+    version: int
+    revision: int
+    published_revision: int | None
+    latest_task_id: str | None
+    created_at: str
+    updated_at: str
+
+
+class TaskInsert(TypedDict):
+    """A new task's columns (those not named start NULL)."""
+
+    id: str
+    document_id: str
+    revision: int
+    status: str
+    stage: str
+    completed: int
+    total: int
+    attempt: int
+    created_at: str
+    updated_at: str
+
+
+class UserInsert(TypedDict):
+    name: str
+    role: str
+    token_id: str
+    token_salt: str
+    token_hash: str
+    created_at: str
+
+
+def insert_document(conn: Connection, **values: Unpack[DocumentInsert]) -> None:
     _insert(conn, DOCUMENTS, values)
 
 
-def insert_task(conn: Connection, **values: Any) -> None:
+def insert_task(conn: Connection, **values: Unpack[TaskInsert]) -> None:
     _insert(conn, TASKS, values)
 
 
-def insert_user(conn: Connection, **values: Any) -> None:
+def insert_user(conn: Connection, **values: Unpack[UserInsert]) -> None:
     _insert(conn, USERS, values)
 
 
@@ -598,7 +641,16 @@ def dangling_base_access(conn: Connection) -> list[BaseAccess]:
 # --- taking documents out ---------------------------------------------------------------
 
 
-def insert_tombstone(conn: Connection, **values: Any) -> None:
+class TombstoneInsert(TypedDict):
+    id: str
+    base: str
+    filename: str
+    task_ids: str  # JSON list
+    deleted_at: str
+    deleted_by: str
+
+
+def insert_tombstone(conn: Connection, **values: Unpack[TombstoneInsert]) -> None:
     """What remains of a deleted document: base, file name, task ids, who and when."""
     _insert(conn, DELETED, values)
 
@@ -1003,7 +1055,18 @@ def get_artefact(
     return None if payload is None else bytes(payload)
 
 
-def put_artefact(conn: Connection, **values: Any) -> None:
+class ArtefactInsert(TypedDict):
+    document_id: str
+    revision: int
+    sha256: str
+    parser_key: str
+    chunks: int
+    payload: bytes
+    task_id: str
+    created_at: str
+
+
+def put_artefact(conn: Connection, **values: Unpack[ArtefactInsert]) -> None:
     """Store a revision's parse, in place of any earlier one (another parser's)."""
     delete_artefacts(conn, values["document_id"], values["revision"])
     _insert(conn, ARTEFACTS, values)
