@@ -13,7 +13,7 @@ from pathlib import Path
 from kb_cli import queries
 from kb_cli.clock import SYSTEM_CLOCK, Clock
 from kb_cli.config import Settings
-from kb_cli.db import Connection, Database
+from kb_cli.db import Connection, Database, format_stamp
 from kb_cli.embeddings import Embedder, make_embedder
 from kb_cli.errors import (
     IdTooLong,
@@ -70,6 +70,10 @@ class Kb:
     def scope(self) -> Scope:
         """Every base the caller may read."""
         return self.actor.scope()
+
+    def timestamp(self) -> str:
+        """Now by this context's clock, as a stamp: the time of everything it writes."""
+        return format_stamp(self.clock.now())
 
 
 def _prepare_sqlite_home(settings: Settings, create: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +65,7 @@ class WorkerOptions:
 WORKER_DEFAULTS = WorkerOptions()
 
 
-def _env_number(name: str, default: float, cast: type = float) -> float:
+def _env_number(name: str, default: float, cast: Callable[[str], float] = float) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default

@@ -28,15 +28,12 @@ from kb_cli.errors import (
     StorageUnavailable,
     UsageError,
 )
-from kb_cli.records import Row
-
-
-def utcnow() -> str:
-    """Now as a fixed-width RFC 3339 UTC timestamp; such strings sort chronologically."""
-    return format_stamp(datetime.now(UTC))
 
 
 def format_stamp(moment: datetime) -> str:
+    """A moment as a fixed-width RFC 3339 UTC timestamp; such strings sort
+    chronologically. Every timestamp kb writes is one of the application's clock
+    (kb_cli/clock.py), through Kb.timestamp or a Claimant's now."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -47,8 +44,13 @@ def parse_stamp(stamp: str) -> datetime:
 BUSY_MESSAGE = "the database stayed locked past the busy timeout; safe to run again"
 
 
+RawRow = tuple[Any, ...]
+"""A row as the driver returns it; kb_cli/queries.py turns it into a typed row
+(kb_cli/records.py) or reads it by position."""
+
+
 class Result:
-    """What a statement returned: rows with attribute access, or a row count."""
+    """What a statement returned: rows, or a row count."""
 
     __slots__ = ("_cursor",)
 
@@ -57,13 +59,16 @@ class Result:
 
     @property
     def rowcount(self) -> int:
-        return self._cursor.rowcount
+        count: int = self._cursor.rowcount
+        return count
 
-    def first(self) -> Row | None:
-        return self._cursor.fetchone()
+    def first(self) -> RawRow | None:
+        row: RawRow | None = self._cursor.fetchone()
+        return row
 
-    def all(self) -> list[Row]:
-        return self._cursor.fetchall()
+    def all(self) -> list[RawRow]:
+        rows: list[RawRow] = self._cursor.fetchall()
+        return rows
 
     def scalar(self) -> Any:
         row = self._cursor.fetchone()
@@ -72,7 +77,7 @@ class Result:
     def scalars(self) -> list[Any]:
         return [row[0] for row in self._cursor.fetchall()]
 
-    def __iter__(self) -> Iterator[Row]:
+    def __iter__(self) -> Iterator[RawRow]:
         return iter(self._cursor)
 
 
@@ -307,7 +312,8 @@ class Database:
         run = getattr(conn, "exec_driver_sql", None) or conn.execute
         if not run(self.engine.VERSION_TABLE_EXISTS).scalar():
             return None
-        return run(engines.SCHEMA_VERSION).scalar()
+        version: str | None = run(engines.SCHEMA_VERSION).scalar()
+        return version
 
     @staticmethod
     def _refuse_unknown(version: str | None) -> None:

@@ -34,7 +34,7 @@ class Endpoint:
     key_variable: str  # KB_EMBEDDING_API_KEY
     config_variables: str  # what to check on 404 and other refusals
 
-    def post(self, payload: dict) -> Any:
+    def post(self, payload: dict[str, Any]) -> Any:
         """The decoded JSON answer to `payload`, read within `timeout_seconds` in all
         (not per socket read: a server trickling bytes is as unavailable as a silent
         one) and at most MAX_ANSWER_BYTES long."""

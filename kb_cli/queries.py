@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple, TypedDict, Unpack
 
-from kb_cli.db import Connection
+from kb_cli.db import Connection, RawRow
 from kb_cli.engines import EVENTS_CHANNEL, escape_like
 from kb_cli.errors import NotFoundError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
 from kb_cli.permissions import Scope
-from kb_cli.records import LISTING_COLUMNS, Row
+from kb_cli.records import (
+    LISTING_COLUMNS,
+    AuditRow,
+    DocumentRecord,
+    DocumentRow,
+    EventRow,
+    TaskRow,
+    TombstoneRow,
+    UserRow,
+)
 
 MIN_PREFIX = 6
 DOCUMENTS, TASKS, CHUNKS = "documents", "ingestion_tasks", "chunks"
@@ -71,36 +80,52 @@ def _where(clauses: Iterable[str]) -> str:
 # --- lookups -------------------------------------------------------------------------
 
 
-_GET_DOCUMENT = f"SELECT * FROM {DOCUMENTS} WHERE id = :id"
-_GET_TASK = f"SELECT * FROM {TASKS} WHERE id = :id"
+# Whole rows are selected by their row type's fields, in order, and built positionally.
+_DOCUMENT_ROW = ", ".join(DocumentRow._fields)
+_TASK_ROW = ", ".join(TaskRow._fields)
+_GET_DOCUMENT = f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS} WHERE id = :id"
+_GET_TASK = f"SELECT {_TASK_ROW} FROM {TASKS} WHERE id = :id"
 
 
-def get_document(conn: Connection, document_id: str, lock: bool = False) -> Row | None:
+def _document(row: RawRow | None) -> DocumentRow | None:
+    return None if row is None else DocumentRow._make(row)
+
+
+def _task(row: RawRow | None) -> TaskRow | None:
+    return None if row is None else TaskRow._make(row)
+
+
+def get_document(conn: Connection, document_id: str, lock: bool = False) -> DocumentRow | None:
     """With `lock`, PostgreSQL keeps the row locked until commit, so a guarded update in
     the same transaction never finds it changed (SQLite: BEGIN IMMEDIATE does that)."""
     sql = _GET_DOCUMENT + conn.engine.LOCK_ROW if lock else _GET_DOCUMENT
-    return conn.execute(sql, {"id": document_id}).first()
+    return _document(conn.execute(sql, {"id": document_id}).first())
 
 
-def get_task(conn: Connection, task_id: str, lock: bool = False) -> Row | None:
+def get_task(conn: Connection, task_id: str, lock: bool = False) -> TaskRow | None:
     sql = _GET_TASK + conn.engine.LOCK_ROW if lock else _GET_TASK
-    return conn.execute(sql, {"id": task_id}).first()
+    return _task(conn.execute(sql, {"id": task_id}).first())
 
 
-def existing_document(conn: Connection, document_id: str, lock: bool = False) -> Row:
+def existing_document(conn: Connection, document_id: str, lock: bool = False) -> DocumentRow:
     """A document this transaction already found (its id was just resolved)."""
-    return _existing(get_document(conn, document_id, lock), "document", document_id)
+    document = get_document(conn, document_id, lock)
+    if document is None:
+        raise _gone("document", document_id)
+    return document
 
 
-def existing_task(conn: Connection, task_id: str, lock: bool = False) -> Row:
+def existing_task(conn: Connection, task_id: str, lock: bool = False) -> TaskRow:
     """A task this transaction already found (its id was just resolved)."""
-    return _existing(get_task(conn, task_id, lock), "task", task_id)
+    task = get_task(conn, task_id, lock)
+    if task is None:
+        raise _gone("task", task_id)
+    return task
 
 
-def _existing(row: Row | None, noun: str, entity_id: str) -> Row:
-    if row is None:  # deleted by another transaction since the caller's read
-        raise NotFoundError(f"no {noun} with id {entity_id!r}")
-    return row
+def _gone(noun: str, entity_id: str) -> NotFoundError:
+    # Deleted by another transaction since the caller's read.
+    return NotFoundError(f"no {noun} with id {entity_id!r}")
 
 
 def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[str]:
@@ -121,7 +146,8 @@ def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[
     else:
         match, params["ref"] = f"{column} = :ref", ref
     sql = f"SELECT {column} FROM {source}{_where([match, alive, scoped])} ORDER BY {column} LIMIT 2"
-    return conn.execute(sql, params).scalars()
+    ids: list[str] = conn.execute(sql, params).scalars()
+    return ids
 
 
 def documents_named(conn: Connection, filename: str, scope: Scope) -> list[str]:
@@ -129,7 +155,10 @@ def documents_named(conn: Connection, filename: str, scope: Scope) -> list[str]:
     scoped, params = scope_filter(scope)
     params["filename"] = filename
     where = _where(["d.filename = :filename", _NOT_DELETING, scoped])
-    return conn.execute(f"SELECT d.id FROM {DOCUMENTS} AS d{where} LIMIT 2", params).scalars()
+    ids: list[str] = conn.execute(
+        f"SELECT d.id FROM {DOCUMENTS} AS d{where} LIMIT 2", params
+    ).scalars()
+    return ids
 
 
 def list_documents(
@@ -138,9 +167,9 @@ def list_documents(
     error_code: str | None = None,
     document_id: str | None = None,
     scope: Scope = Scope(),
-) -> list[Any]:
-    """Documents in `scope` newest first, each with its latest task's columns
-    (LISTING_COLUMNS), filtered by status, by that task's error code, or to one."""
+) -> list[DocumentRecord]:
+    """Documents in `scope` newest first, each with its latest task, filtered by status,
+    by that task's error code, or to one."""
     conditions = {
         "d.status = :status": status,
         "t.error_code = :error_code": error_code,
@@ -155,13 +184,20 @@ def list_documents(
         " ORDER BY d.created_at DESC, d.id"
     )
     params = {"status": status, "error_code": error_code, "id": document_id, **scope_params}
-    return conn.execute(sql, params).all()
+    return [DocumentRecord.from_listing(row) for row in conn.execute(sql, params)]
 
 
-def latest_tasks(conn: Connection) -> dict[str, Any]:
+_TASK_ROW_OF_T = ", ".join(f"t.{column}" for column in TaskRow._fields)
+
+
+def latest_tasks(conn: Connection) -> dict[str, TaskRow]:
     """The latest task of every document, by task id."""
-    sql = f"SELECT t.* FROM {DOCUMENTS} AS d JOIN {TASKS} AS t ON t.id = d.latest_task_id"
-    return {row.id: row for row in conn.execute(sql)}
+    sql = (
+        f"SELECT {_TASK_ROW_OF_T} FROM {DOCUMENTS} AS d"
+        f" JOIN {TASKS} AS t ON t.id = d.latest_task_id"
+    )
+    tasks = map(TaskRow._make, conn.execute(sql))
+    return {task.id: task for task in tasks}
 
 
 def failed_task_ids(
@@ -176,27 +212,33 @@ def failed_task_ids(
         f"SELECT t.id FROM {TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id"
         f"{_where(clauses)} ORDER BY t.created_at"
     )
-    return conn.execute(sql, params).scalars()
+    ids: list[str] = conn.execute(sql, params).scalars()
+    return ids
 
 
 def task_ids_of_document(conn: Connection, document_id: str) -> list[str]:
     sql = f"SELECT id FROM {TASKS} WHERE document_id = :id"
-    return conn.execute(sql, {"id": document_id}).scalars()
+    ids: list[str] = conn.execute(sql, {"id": document_id}).scalars()
+    return ids
 
 
-def list_audit_events(conn: Connection, entity_ids: Sequence[str]) -> list[Any]:
+def list_audit_events(conn: Connection, entity_ids: Sequence[str]) -> list[AuditRow]:
     names = [f"e{i}" for i in range(len(entity_ids))]
     placeholders = ", ".join(f":{name}" for name in names)
-    sql = f"SELECT * FROM {AUDIT} WHERE entity_id IN ({placeholders}) ORDER BY id"
-    return conn.execute(sql, dict(zip(names, entity_ids, strict=True))).all()
+    sql = (
+        f"SELECT {', '.join(AuditRow._fields)} FROM {AUDIT}"
+        f" WHERE entity_id IN ({placeholders}) ORDER BY id"
+    )
+    params = dict(zip(names, entity_ids, strict=True))
+    return [AuditRow._make(row) for row in conn.execute(sql, params)]
 
 
 _IN_BATCH = 500  # values per IN list: far below both engines' limits on parameters
 
 
-def _rows_in(conn: Connection, sql: str, values: Sequence[Any], **params: Any) -> list[Any]:
+def _rows_in(conn: Connection, sql: str, values: Sequence[Any], **params: Any) -> list[RawRow]:
     """Rows of `sql`, whose `{values}` is an IN list of `values`, in batches."""
-    rows: list[Any] = []
+    rows: list[RawRow] = []
     for start in range(0, len(values), _IN_BATCH):
         batch = values[start : start + _IN_BATCH]
         names = [f"v{i}" for i in range(len(batch))]
@@ -206,7 +248,18 @@ def _rows_in(conn: Connection, sql: str, values: Sequence[Any], **params: Any) -
     return rows
 
 
-def documents_with_content(conn: Connection, base: str, digests: Sequence[str]) -> list[Any]:
+class DocumentFile(NamedTuple):
+    """A document's current file: what tells uploads apart."""
+
+    id: str
+    base: str
+    filename: str
+    sha256: str
+
+
+def documents_with_content(
+    conn: Connection, base: str, digests: Sequence[str]
+) -> list[DocumentFile]:
     """Documents of `base` whose current file has one of these sha256 digests, oldest
     first."""
     sql = (
@@ -214,7 +267,8 @@ def documents_with_content(conn: Connection, base: str, digests: Sequence[str]) 
         f" WHERE d.base = :base AND d.sha256 IN ({{values}}) AND {_NOT_DELETING}"
         " ORDER BY d.created_at, d.id"
     )
-    return _rows_in(conn, sql, list(dict.fromkeys(digests)), base=base)
+    rows = _rows_in(conn, sql, list(dict.fromkeys(digests)), base=base)
+    return [DocumentFile._make(row) for row in rows]
 
 
 # --- inserts -------------------------------------------------------------------------
@@ -226,24 +280,72 @@ def _insert_sql(table: str, columns: tuple[str, ...]) -> str:
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values})"
 
 
-def _insert(conn: Connection, table: str, values: dict[str, Any]) -> None:
+def _insert(conn: Connection, table: str, values: Mapping[str, object]) -> None:
     conn.execute(_insert_sql(table, tuple(values)), values)
 
 
-def insert_document(conn: Connection, **values: Any) -> None:
+class DocumentInsert(TypedDict):
+    """A new document's columns (those not named start NULL)."""
+
+    id: str
+    base: str
+    filename: str
+    content_type: str
+    size_bytes: int
+    sha256: str
+    object_key: str
+    status: str
+    version: int
+    revision: int
+    published_revision: int | None
+    latest_task_id: str | None
+    created_at: str
+    updated_at: str
+
+
+class TaskInsert(TypedDict):
+    """A new task's columns (those not named start NULL)."""
+
+    id: str
+    document_id: str
+    revision: int
+    status: str
+    stage: str
+    completed: int
+    total: int
+    attempt: int
+    created_at: str
+    updated_at: str
+
+
+class UserInsert(TypedDict):
+    name: str
+    role: str
+    token_id: str
+    token_salt: str
+    token_hash: str
+    created_at: str
+
+
+def insert_document(conn: Connection, **values: Unpack[DocumentInsert]) -> None:
     _insert(conn, DOCUMENTS, values)
 
 
-def insert_task(conn: Connection, **values: Any) -> None:
+def insert_task(conn: Connection, **values: Unpack[TaskInsert]) -> None:
     _insert(conn, TASKS, values)
 
 
-def insert_user(conn: Connection, **values: Any) -> None:
+def insert_user(conn: Connection, **values: Unpack[UserInsert]) -> None:
     _insert(conn, USERS, values)
 
 
 def insert_event(
-    conn: Connection, kind: str, document_id: str, task_id: str | None, data: dict, at: str
+    conn: Connection,
+    kind: str,
+    document_id: str,
+    task_id: str | None,
+    data: dict[str, Any],
+    at: str,
 ) -> None:
     """A lifecycle event of the document (and task), with the document's base, in the
     caller's transaction; its watchers are woken at commit. The document's row is
@@ -266,10 +368,22 @@ def insert_event(
     wake(conn, EVENTS_CHANNEL)
 
 
-_AUDIT_COLUMNS = ("at", "actor", "action", "entity_id", "from_status", "to_status", "detail")
+class AuditEvent(TypedDict):
+    """An audit event to write (kb_cli.transitions.audit_event makes one)."""
+
+    at: str
+    actor: str
+    action: str
+    entity_id: str
+    from_status: str | None
+    to_status: str | None
+    detail: str | None
 
 
-def insert_audit_events(conn: Connection, events: list[dict[str, Any]]) -> None:
+_AUDIT_COLUMNS = tuple(AuditEvent.__annotations__)
+
+
+def insert_audit_events(conn: Connection, events: Sequence[AuditEvent]) -> None:
     if events:
         conn.executemany(_insert_sql(AUDIT, _AUDIT_COLUMNS), events)
 
@@ -284,37 +398,48 @@ def admin_exists(conn: Connection) -> bool:
 
 def database_id(conn: Connection) -> str | None:
     """The random id this database was given when its schema was made (kb_meta)."""
-    return conn.execute("SELECT value FROM kb_meta WHERE key = 'database_id'").scalar()
+    found: str | None = conn.execute("SELECT value FROM kb_meta WHERE key = 'database_id'").scalar()
+    return found
 
 
 def document_count(conn: Connection) -> int:
-    return conn.execute(f"SELECT count(*) FROM {DOCUMENTS}").scalar()
+    return int(conn.execute(f"SELECT count(*) FROM {DOCUMENTS}").scalar())
 
 
-def get_user(conn: Connection, name: str) -> Row | None:
-    return conn.execute(f"SELECT * FROM {USERS} WHERE name = :name", {"name": name}).first()
+_USER_ROW = f"SELECT {', '.join(UserRow._fields)} FROM {USERS}"
 
 
-def get_user_by_token_id(conn: Connection, token_id: str) -> Row | None:
-    sql = f"SELECT * FROM {USERS} WHERE token_id = :token_id"
-    return conn.execute(sql, {"token_id": token_id}).first()
+def get_user(conn: Connection, name: str) -> UserRow | None:
+    row = conn.execute(f"{_USER_ROW} WHERE name = :name", {"name": name}).first()
+    return None if row is None else UserRow._make(row)
+
+
+def get_user_by_token_id(conn: Connection, token_id: str) -> UserRow | None:
+    row = conn.execute(f"{_USER_ROW} WHERE token_id = :token_id", {"token_id": token_id}).first()
+    return None if row is None else UserRow._make(row)
 
 
 # --- people: a user's life (list, disable, enable, token, teams), revoking a grant ----
 
 
-def list_users(conn: Connection) -> list[Any]:
-    """Every user by name, without the token's columns."""
-    sql = f"SELECT name, role, created_at, disabled_at, last_used_at FROM {USERS} ORDER BY name"
-    return conn.execute(sql).all()
+def list_users(conn: Connection) -> list[UserRow]:
+    """Every user by name."""
+    return [UserRow._make(row) for row in conn.execute(f"{_USER_ROW} ORDER BY name")]
 
 
-def user_teams(conn: Connection, name: str | None = None) -> list[Any]:
+class Membership(NamedTuple):
+    user_name: str
+    team: str
+
+
+def user_teams(conn: Connection, name: str | None = None) -> list[Membership]:
     """(user_name, team) of one user, or of every user, by team."""
     if name is None:
-        return conn.execute(f"SELECT user_name, team FROM {USER_TEAMS} ORDER BY team").all()
-    sql = f"SELECT user_name, team FROM {USER_TEAMS} WHERE user_name = :name ORDER BY team"
-    return conn.execute(sql, {"name": name}).all()
+        rows = conn.execute(f"SELECT user_name, team FROM {USER_TEAMS} ORDER BY team")
+    else:
+        sql = f"SELECT user_name, team FROM {USER_TEAMS} WHERE user_name = :name ORDER BY team"
+        rows = conn.execute(sql, {"name": name})
+    return [Membership._make(row) for row in rows]
 
 
 def user_is_disabled(conn: Connection, name: str) -> bool:
@@ -322,7 +447,7 @@ def user_is_disabled(conn: Connection, name: str) -> bool:
     primary key, made by a running worker before each of its writes."""
     sql = f"SELECT disabled_at FROM {USERS} WHERE name = :name"
     row = conn.execute(sql, {"name": name}).first()
-    return row is None or row.disabled_at is not None
+    return row is None or row[0] is not None
 
 
 def active_admins(conn: Connection) -> list[str]:
@@ -333,7 +458,8 @@ def active_admins(conn: Connection) -> list[str]:
         f"SELECT name FROM {USERS} WHERE role = 'admin' AND disabled_at IS NULL ORDER BY name"
         + conn.engine.LOCK_ROW
     )
-    return conn.execute(sql).scalars()
+    names: list[str] = conn.execute(sql).scalars()
+    return names
 
 
 def set_user_disabled(conn: Connection, name: str, at: str | None) -> bool:
@@ -391,25 +517,43 @@ def base_of(conn: Connection, entity_id: str) -> str | None:
         UNION ALL
         SELECT d.base FROM {TASKS} AS t JOIN {DOCUMENTS} AS d ON d.id = t.document_id
         WHERE t.id = :id"""
-    return conn.execute(sql, {"id": entity_id}).scalar()
+    base: str | None = conn.execute(sql, {"id": entity_id}).scalar()
+    return base
 
 
-def list_bases(conn: Connection, scope: Scope) -> list[Any]:
-    """(base, documents) of the bases in `scope`, by name."""
+class BaseRow(NamedTuple):
+    """A base of `bases` with how many documents it has."""
+
+    base: str
+    documents: int
+
+
+class BaseTeam(NamedTuple):
+    base: str
+    team: str
+
+
+class BaseGrant(NamedTuple):
+    base: str
+    user_name: str
+
+
+def list_bases(conn: Connection, scope: Scope) -> list[BaseRow]:
+    """The bases in `scope`, by name."""
     scoped, params = scope_filter(Scope(scope.reader), "b.name")
     clauses = [scoped, "b.name = :name" if scope.base is not None else ""]
     sql = (
         f"SELECT b.name AS base, (SELECT count(*) FROM {DOCUMENTS} AS d WHERE d.base = b.name)"
         f" AS documents FROM {BASES} AS b{_where(clauses)} ORDER BY b.name"
     )
-    return conn.execute(sql, {**params, "name": scope.base}).all()
+    return [BaseRow._make(row) for row in conn.execute(sql, {**params, "name": scope.base})]
 
 
-def base_members(conn: Connection) -> tuple[list[Any], list[Any]]:
-    """Every (base, team) restriction and every (base, user_name) grant."""
-    teams = conn.execute(f"SELECT base, team FROM {BASE_TEAMS} ORDER BY team").all()
-    grants = conn.execute(f"SELECT base, user_name FROM {BASE_GRANTS} ORDER BY user_name").all()
-    return teams, grants
+def base_members(conn: Connection) -> tuple[list[BaseTeam], list[BaseGrant]]:
+    """Every team restriction and every grant."""
+    teams = conn.execute(f"SELECT base, team FROM {BASE_TEAMS} ORDER BY team")
+    grants = conn.execute(f"SELECT base, user_name FROM {BASE_GRANTS} ORDER BY user_name")
+    return list(map(BaseTeam._make, teams)), list(map(BaseGrant._make, grants))
 
 
 def insert_base(conn: Connection, name: str, at: str) -> None:
@@ -444,25 +588,38 @@ def insert_grant(conn: Connection, base: str, user: str) -> bool:
 
 def move_to_base(
     conn: Connection, document_id: str, from_base: str, to_base: str, at: str
-) -> Row | None:
+) -> DocumentRow | None:
     """Guarded on the base it was read with: None when it moved meanwhile."""
     sql = (
         f"UPDATE {DOCUMENTS} SET base = :to_base, version = version + 1, updated_at = :at"
-        " WHERE id = :id AND base = :from_base RETURNING *"
+        f" WHERE id = :id AND base = :from_base RETURNING {_DOCUMENT_ROW}"
     )
     params = {"id": document_id, "from_base": from_base, "to_base": to_base, "at": at}
-    return _first_changed(conn, sql, params)
+    return _document(_first_changed(conn, sql, params))
 
 
-def documents_in_missing_bases(conn: Connection) -> list[Any]:
+class DocumentBase(NamedTuple):
+    id: str
+    base: str
+
+
+def documents_in_missing_bases(conn: Connection) -> list[DocumentBase]:
     sql = (
         f"SELECT id, base FROM {DOCUMENTS} AS d"
         f" WHERE NOT EXISTS (SELECT 1 FROM {BASES} AS b WHERE b.name = d.base) ORDER BY id"
     )
-    return conn.execute(sql).all()
+    return [DocumentBase._make(row) for row in conn.execute(sql)]
 
 
-def dangling_base_access(conn: Connection) -> list[Any]:
+class BaseAccess(NamedTuple):
+    """A team restriction (kind "team") or a grant (kind "user") of a base."""
+
+    base: str
+    kind: str
+    name: str
+
+
+def dangling_base_access(conn: Connection) -> list[BaseAccess]:
     """(base, kind, name) of team restrictions and grants naming a team or user that
     does not exist."""
     sql = f"""SELECT bt.base, 'team' AS kind, bt.team AS name FROM {BASE_TEAMS} AS bt
@@ -471,19 +628,30 @@ def dangling_base_access(conn: Connection) -> list[Any]:
         SELECT g.base, 'user' AS kind, g.user_name AS name FROM {BASE_GRANTS} AS g
             WHERE NOT EXISTS (SELECT 1 FROM {USERS} AS u WHERE u.name = g.user_name)
         ORDER BY 1, 2, 3"""
-    return conn.execute(sql).all()
+    return [BaseAccess._make(row) for row in conn.execute(sql)]
 
 
 # --- taking documents out ---------------------------------------------------------------
 
 
-def insert_tombstone(conn: Connection, **values: Any) -> None:
+class TombstoneInsert(TypedDict):
+    id: str
+    base: str
+    filename: str
+    task_ids: str  # JSON list
+    deleted_at: str
+    deleted_by: str
+
+
+def insert_tombstone(conn: Connection, **values: Unpack[TombstoneInsert]) -> None:
     """What remains of a deleted document: base, file name, task ids, who and when."""
     _insert(conn, DELETED, values)
 
 
-def get_tombstone(conn: Connection, document_id: str) -> Row | None:
-    return conn.execute(f"SELECT * FROM {DELETED} WHERE id = :id", {"id": document_id}).first()
+def get_tombstone(conn: Connection, document_id: str) -> TombstoneRow | None:
+    sql = f"SELECT {', '.join(TombstoneRow._fields)} FROM {DELETED} WHERE id = :id"
+    row = conn.execute(sql, {"id": document_id}).first()
+    return None if row is None else TombstoneRow._make(row)
 
 
 def delete_document_chunks(conn: Connection, document_id: str, limit: int) -> int:
@@ -510,12 +678,20 @@ def revision_has_chunks(conn: Connection, document_id: str, revision: int) -> bo
     return conn.execute(sql, {"id": document_id, "revision": revision}).first() is not None
 
 
-def documents_being_deleted(conn: Connection) -> list[Row]:
-    sql = f"SELECT * FROM {DOCUMENTS} WHERE status = '{DocStatus.DELETING}' ORDER BY id"
-    return conn.execute(sql).all()
+def documents_being_deleted(conn: Connection) -> list[DocumentRow]:
+    sql = f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS} WHERE status = '{DocStatus.DELETING}'"
+    return [DocumentRow._make(row) for row in conn.execute(sql + " ORDER BY id")]
 
 
-def document_footprint(conn: Connection, document_id: str) -> Row:
+class Footprint(NamedTuple):
+    """How many chunks and tasks a document has, and the bytes of its chunks' text."""
+
+    chunks: int
+    chunk_bytes: int
+    tasks: int
+
+
+def document_footprint(conn: Connection, document_id: str) -> Footprint:
     """How many chunks and tasks a document has, and the bytes of its chunks' text."""
     sql = f"""SELECT
         (SELECT count(*) FROM {CHUNKS} WHERE document_id = :id) AS chunks,
@@ -524,7 +700,7 @@ def document_footprint(conn: Connection, document_id: str) -> Row:
         (SELECT count(*) FROM {TASKS} WHERE document_id = :id) AS tasks"""
     row = conn.execute(sql, {"id": document_id}).first()
     assert row is not None  # an aggregate always returns one row
-    return row
+    return Footprint._make(row)
 
 
 # --- what doctor checks ----------------------------------------------------------------
@@ -532,48 +708,131 @@ def document_footprint(conn: Connection, document_id: str) -> Row:
 
 def object_keys(conn: Connection) -> dict[str, str]:
     """Every stored object a document refers to: object key -> document id."""
-    rows = conn.execute(f"SELECT object_key, id FROM {DOCUMENTS}").all()
-    return {row.object_key: row.id for row in rows}
+    rows = conn.execute(f"SELECT object_key, id FROM {DOCUMENTS}")
+    return {object_key: document_id for object_key, document_id in rows}
 
 
-def all_documents(conn: Connection) -> list[Row]:
-    return conn.execute(f"SELECT * FROM {DOCUMENTS}").all()
+def all_documents(conn: Connection) -> list[DocumentRow]:
+    return [
+        DocumentRow._make(row) for row in conn.execute(f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS}")
+    ]
 
 
-def stale_active_tasks(conn: Connection) -> list[Row]:
+class TaskObject(NamedTuple):
+    """A task, its document, and where the document's file is stored (what doctor
+    reports of a task)."""
+
+    id: str
+    document_id: str
+    object_key: str | None
+
+
+def stale_active_tasks(conn: Connection) -> list[TaskObject]:
     """Active tasks that are not their document's latest task."""
     active = ", ".join(f"'{status}'" for status in ACTIVE_TASK_STATUSES)
-    return conn.execute(
+    rows = conn.execute(
         f"""SELECT t.id, d.id AS document_id, d.object_key
         FROM {TASKS} AS t JOIN {DOCUMENTS} AS d ON d.id = t.document_id
         WHERE t.status IN ({active})
           AND (d.latest_task_id IS NULL OR d.latest_task_id != t.id)"""
-    ).all()
+    )
+    return [TaskObject._make(row) for row in rows]
 
 
-def chunk_owners(conn: Connection) -> list[Row]:
+class ChunkOwner(NamedTuple):
+    """A (document, revision, task) that has chunks, and what decides whether they may
+    exist; the document's and the task's columns are None when that row is gone."""
+
+    document_id: str
+    revision: int
+    task_id: str
+    published_revision: int | None
+    archived_revision: int | None
+    rejected_revision: int | None
+    document_status: str | None
+    latest_task_id: str | None
+    object_key: str | None
+    task_status: str | None
+    task_revision: int | None
+
+
+def chunk_owners(conn: Connection) -> list[ChunkOwner]:
     """Each (document, revision, task) that has chunks, with what decides whether they
     may exist: the document's published revision and latest task, and that task."""
-    return conn.execute(
+    rows = conn.execute(
         f"""SELECT DISTINCT c.document_id, c.revision, c.task_id, d.published_revision,
             d.archived_revision, d.rejected_revision, d.status AS document_status,
             d.latest_task_id, d.object_key, t.status AS task_status, t.revision AS task_revision
         FROM {CHUNKS} AS c
         LEFT JOIN {DOCUMENTS} AS d ON d.id = c.document_id
         LEFT JOIN {TASKS} AS t ON t.id = c.task_id"""
-    ).all()
+    )
+    return [ChunkOwner._make(row) for row in rows]
 
 
-def expired_running_tasks(conn: Connection, now: str) -> list[Row]:
-    return conn.execute(
-        f"""SELECT t.*, d.object_key
+class ExpiredLease(NamedTuple):
+    """A running task whose lease ran out, and where its document's file is stored."""
+
+    id: str
+    document_id: str
+    worker_id: str | None
+    lease_expires_at: str | None
+    object_key: str | None
+
+
+def expired_running_tasks(conn: Connection, now: str) -> list[ExpiredLease]:
+    rows = conn.execute(
+        f"""SELECT t.id, t.document_id, t.worker_id, t.lease_expires_at, d.object_key
         FROM {TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id
         WHERE t.status = '{TaskStatus.RUNNING}' AND t.lease_expires_at < :now""",
         {"now": now},
-    ).all()
+    )
+    return [ExpiredLease._make(row) for row in rows]
 
 
 # --- guarded updates -----------------------------------------------------------------
+
+
+class DocumentChanges(TypedDict, total=False):
+    """The columns of a document a transition may set, beside its status and time."""
+
+    filename: str
+    content_type: str
+    size_bytes: int
+    sha256: str
+    object_key: str
+    revision: int
+    published_revision: int | None
+    latest_task_id: str | None
+    rejected_revision: int | None
+    rejected_reason: str | None
+    archived_revision: int | None
+
+
+class DocumentUpdate(DocumentChanges, total=False):
+    status: str
+    updated_at: str
+
+
+class TaskChanges(TypedDict, total=False):
+    """The columns of a task a transition (or a worker's progress) may set, beside its
+    status and time."""
+
+    revision: int
+    stage: str
+    completed: int
+    total: int
+    attempt: int
+    error_code: str | None
+    error_detail: str | None
+    worker_id: str | None
+    lease_expires_at: str | None
+    retry_at: str | None
+
+
+class TaskUpdate(TaskChanges, total=False):
+    status: str
+    updated_at: str
 
 
 @functools.lru_cache(maxsize=256)
@@ -586,9 +845,10 @@ def _update_sql(
     if table == DOCUMENTS:
         assignments.append("version = version + 1")
     statuses = ", ".join(f"'{status}'" for status in from_statuses)
+    returned = _DOCUMENT_ROW if table == DOCUMENTS else _TASK_ROW
     return (
         f"UPDATE {table} SET {', '.join(assignments)} "
-        f"WHERE id = :_id AND status IN ({statuses}){guards} RETURNING *"
+        f"WHERE id = :_id AND status IN ({statuses}){guards} RETURNING {returned}"
     )
 
 
@@ -596,7 +856,7 @@ def _statuses(kinds: Iterable[StrEnum]) -> tuple[str, ...]:
     return tuple(kind.value for kind in kinds)
 
 
-def _first_changed(conn: Connection, sql: str, params: dict[str, Any]) -> Row | None:
+def _first_changed(conn: Connection, sql: str, params: dict[str, Any]) -> RawRow | None:
     rows = conn.execute(sql, params).all()  # all(): SQLite finishes the statement
     return rows[0] if rows else None
 
@@ -607,15 +867,16 @@ def update_document(
     from_statuses: Iterable[DocStatus],
     *,
     if_version: int | None = None,
-    **values: Any,
-) -> Row | None:
+    **values: Unpack[DocumentUpdate],
+) -> DocumentRow | None:
     """Change a document row if its status (and version) still match; bumps `version`.
 
     The keyword arguments become the SET clause. Returns the new row, or None.
     """
     guards = " AND version = :_version" if if_version is not None else ""
     sql = _update_sql(DOCUMENTS, tuple(values), _statuses(from_statuses), guards)
-    return _first_changed(conn, sql, {**values, "_id": document_id, "_version": if_version})
+    params = {**values, "_id": document_id, "_version": if_version}
+    return _document(_first_changed(conn, sql, params))
 
 
 _FENCE = " AND worker_id = :_worker AND attempt = :_attempt"
@@ -627,8 +888,8 @@ def update_task(
     from_statuses: Iterable[TaskStatus],
     *,
     fence: tuple[str, int] | None = None,
-    **values: Any,
-) -> Row | None:
+    **values: Unpack[TaskUpdate],
+) -> TaskRow | None:
     """Change a task row if its status still matches and, for a worker, its claim.
 
     `fence` is (worker_id, attempt): a worker's write lands only while the task is
@@ -636,12 +897,12 @@ def update_task(
     reclaimed can never write over the newer state. The keyword arguments become the
     SET clause. Returns the new row, or None.
     """
-    params = {**values, "_id": task_id}
+    params: dict[str, Any] = {**values, "_id": task_id}
     if fence is not None:
         from_statuses = [TaskStatus.RUNNING]
         params["_worker"], params["_attempt"] = fence
     sql = _update_sql(TASKS, tuple(values), _statuses(from_statuses), _FENCE if fence else "")
-    return _first_changed(conn, sql, params)
+    return _task(_first_changed(conn, sql, params))
 
 
 # --- claiming ------------------------------------------------------------------------
@@ -650,7 +911,7 @@ def update_task(
 # Queued, due for a retry, or running under a lease that has run out. The first line
 # repeats the predicate of the partial index `ix_tasks_claimable` (migration 0003), so
 # both engines read that index in claim order instead of sorting the whole queue.
-_CLAIMABLE = f"""SELECT * FROM {TASKS}
+_CLAIMABLE = f"""SELECT {_TASK_ROW} FROM {TASKS}
     WHERE status IN ('{TaskStatus.QUEUED}', '{TaskStatus.RETRY_WAIT}', '{TaskStatus.RUNNING}')
       AND (status = '{TaskStatus.QUEUED}'
            OR (status = '{TaskStatus.RETRY_WAIT}' AND retry_at <= :now)
@@ -666,18 +927,18 @@ _QUEUE_PLACE = f"""SELECT
      WHERE status = '{TaskStatus.RUNNING}' AND lease_expires_at >= :now) AS busy"""
 
 
-def queue_place(conn: Connection, task: Row, now: str) -> tuple[int, int]:
+def queue_place(conn: Connection, task: TaskRow, now: str) -> tuple[int, int]:
     """(claimable tasks that workers take before `task`, in claim order; workers that
     hold a live claim). Counts over every base: workers serve them all."""
     params = {"created_at": task.created_at, "id": task.id, "now": now}
-    [row] = conn.execute(_QUEUE_PLACE, params).all()
-    return int(row.ahead), int(row.busy)
+    [(ahead, busy)] = conn.execute(_QUEUE_PLACE, params).all()
+    return int(ahead), int(busy)
 
 
-def next_claimable_task(conn: Connection, now: str) -> Row | None:
+def next_claimable_task(conn: Connection, now: str) -> TaskRow | None:
     """The oldest claimable task; on PostgreSQL its row stays locked until commit, and
     rows other claimers hold are skipped."""
-    return conn.execute(_NEXT_CLAIMABLE + conn.engine.SKIP_LOCKED, {"now": now}).first()
+    return _task(conn.execute(_NEXT_CLAIMABLE + conn.engine.SKIP_LOCKED, {"now": now}).first())
 
 
 def has_claimable_task(conn: Connection, now: str) -> bool:
@@ -688,13 +949,14 @@ def has_claimable_task(conn: Connection, now: str) -> bool:
 def next_due(conn: Connection) -> str | None:
     """When a task that is not claimable now may become claimable by itself: the
     earliest retry time or lease expiry (a stamp), or None when none is pending."""
-    return conn.execute(
+    due: str | None = conn.execute(
         f"""SELECT min(due) FROM (
             SELECT min(retry_at) AS due FROM {TASKS} WHERE status = '{TaskStatus.RETRY_WAIT}'
             UNION ALL
             SELECT min(lease_expires_at) FROM {TASKS} WHERE status = '{TaskStatus.RUNNING}'
         ) AS pending"""
     ).scalar()
+    return due
 
 
 def wake(conn: Connection, channel: str) -> None:
@@ -702,10 +964,11 @@ def wake(conn: Connection, channel: str) -> None:
     conn.engine.notify(conn.raw, channel)
 
 
-def claimable_task(conn: Connection, task_id: str, now: str) -> Row | None:
+def claimable_task(conn: Connection, task_id: str, now: str) -> TaskRow | None:
     """The named task if it is claimable; on PostgreSQL its row stays locked until the
     claim commits, so nobody finishes, renews or reclaims it in between."""
-    return conn.execute(_CLAIMABLE_TASK + conn.engine.LOCK_ROW, {"id": task_id, "now": now}).first()
+    sql = _CLAIMABLE_TASK + conn.engine.LOCK_ROW
+    return _task(conn.execute(sql, {"id": task_id, "now": now}).first())
 
 
 # --- chunks --------------------------------------------------------------------------
@@ -729,7 +992,7 @@ _CHUNK_COLUMNS = (
 
 
 def insert_chunks(
-    conn: Connection, document_id: str, revision: int, task_id: str, rows: list[dict]
+    conn: Connection, document_id: str, revision: int, task_id: str, rows: list[dict[str, Any]]
 ) -> None:
     """Insert a batch of a task's chunks; each row has the chunk's own columns
     (chunk_index ... embedding_dim)."""
@@ -785,7 +1048,18 @@ def get_artefact(
     return None if payload is None else bytes(payload)
 
 
-def put_artefact(conn: Connection, **values: Any) -> None:
+class ArtefactInsert(TypedDict):
+    document_id: str
+    revision: int
+    sha256: str
+    parser_key: str
+    chunks: int
+    payload: bytes
+    task_id: str
+    created_at: str
+
+
+def put_artefact(conn: Connection, **values: Unpack[ArtefactInsert]) -> None:
     """Store a revision's parse, in place of any earlier one (another parser's)."""
     delete_artefacts(conn, values["document_id"], values["revision"])
     _insert(conn, ARTEFACTS, values)
@@ -801,7 +1075,23 @@ def delete_artefacts(conn: Connection, document_id: str, revision: int | None = 
     return conn.execute(sql, params).rowcount
 
 
-def artefact_owners(conn: Connection, document_id: str | None = None) -> list[Row]:
+class ArtefactOwner(NamedTuple):
+    """A parse artefact (without its payload) and its document's columns (None when the
+    document is gone: `found` is its id)."""
+
+    document_id: str
+    revision: int
+    sha256: str
+    chunks: int
+    found: str | None
+    document_status: str | None
+    document_revision: int | None
+    document_sha256: str | None
+    rejected_revision: int | None
+    object_key: str | None
+
+
+def artefact_owners(conn: Connection, document_id: str | None = None) -> list[ArtefactOwner]:
     """Each parse artefact (without its payload) with what decides whether it may still
     be needed: its document's status, current revision, sha256 and rejected revision."""
     sql = f"""SELECT a.document_id, a.revision, a.sha256, a.chunks, d.id AS found,
@@ -809,8 +1099,10 @@ def artefact_owners(conn: Connection, document_id: str | None = None) -> list[Ro
             d.sha256 AS document_sha256, d.rejected_revision, d.object_key
         FROM {ARTEFACTS} AS a LEFT JOIN {DOCUMENTS} AS d ON d.id = a.document_id"""
     if document_id is None:
-        return conn.execute(sql).all()
-    return conn.execute(sql + " WHERE a.document_id = :id", {"id": document_id}).all()
+        rows = conn.execute(sql)
+    else:
+        rows = conn.execute(sql + " WHERE a.document_id = :id", {"id": document_id})
+    return [ArtefactOwner._make(row) for row in rows]
 
 
 # --- search --------------------------------------------------------------------------
@@ -857,7 +1149,22 @@ def has_published_vectors(conn: Connection, model: str, scope: Scope) -> bool:
     return conn.execute(sql, {**params, "model": model}).first() is not None
 
 
-def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Any]:
+class ChunkDetail(NamedTuple):
+    """A published chunk as a hit shows it."""
+
+    id: int
+    document_id: str
+    base: str
+    filename: str
+    revision: int
+    chunk_index: int
+    text: str
+    page: int | None
+    heading: str | None
+    context: str | None
+
+
+def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, ChunkDetail]:
     """What a hit shows, by chunk id."""
     names = [f"c{i}" for i in range(len(chunk_ids))]
     if not names:
@@ -867,23 +1174,41 @@ def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Any]:
         f" c.heading, c.context {_PUBLISHED_CHUNKS}"
         f" WHERE c.id IN ({', '.join(':' + n for n in names)})"
     )
-    return {row.id: row for row in conn.execute(sql, dict(zip(names, chunk_ids, strict=True)))}
+    rows = conn.execute(sql, dict(zip(names, chunk_ids, strict=True)))
+    return {detail.id: detail for detail in map(ChunkDetail._make, rows)}
 
 
-def chunk_range(conn: Connection, document_id: str, revision: int, first: int, last: int):
+class PassageChunk(NamedTuple):
+    """A chunk of a passage."""
+
+    chunk_index: int
+    text: str
+    heading: str | None
+    context: str | None
+
+
+def chunk_range(
+    conn: Connection, document_id: str, revision: int, first: int, last: int
+) -> list[PassageChunk]:
     """Chunks `first`..`last` of a revision, in order (the neighbours of a hit)."""
     sql = f"""SELECT chunk_index, text, heading, context FROM {CHUNKS}
         WHERE document_id = :document_id AND revision = :revision
           AND chunk_index BETWEEN :first AND :last
         ORDER BY chunk_index"""
     params = {"document_id": document_id, "revision": revision, "first": first, "last": last}
-    return conn.execute(sql, params).all()
+    return [PassageChunk._make(row) for row in conn.execute(sql, params)]
 
 
 # --- embeddings of stored chunks (kb reindex --embeddings) ---------------------------
 
 
-def revisions_to_embed(conn: Connection, model: str) -> list[Any]:
+class RevisionChunks(NamedTuple):
+    document_id: str
+    revision: int
+    chunks: int
+
+
+def revisions_to_embed(conn: Connection, model: str) -> list[RevisionChunks]:
     """(document_id, revision, chunks) of every revision with chunks not yet embedded
     by `model`, published revisions first."""
     sql = f"""SELECT c.document_id, c.revision, count(*) AS chunks
@@ -892,18 +1217,27 @@ def revisions_to_embed(conn: Connection, model: str) -> list[Any]:
         GROUP BY c.document_id, c.revision, d.published_revision
         ORDER BY CASE WHEN c.revision = d.published_revision THEN 0 ELSE 1 END,
                  c.document_id, c.revision"""
-    return conn.execute(sql, {"model": model}).all()
+    return [RevisionChunks._make(row) for row in conn.execute(sql, {"model": model})]
 
 
-def chunks_to_embed(conn: Connection, document_id: str, revision: int, model: str) -> list[Any]:
+class ChunkToEmbed(NamedTuple):
+    id: int
+    text: str
+    context: str | None
+
+
+def chunks_to_embed(
+    conn: Connection, document_id: str, revision: int, model: str
+) -> list[ChunkToEmbed]:
     sql = f"""SELECT id, text, context FROM {CHUNKS}
         WHERE document_id = :id AND revision = :rev
           AND (embedding_model IS NULL OR embedding_model != :model)
         ORDER BY chunk_index"""
-    return conn.execute(sql, {"id": document_id, "rev": revision, "model": model}).all()
+    params = {"id": document_id, "rev": revision, "model": model}
+    return [ChunkToEmbed._make(row) for row in conn.execute(sql, params)]
 
 
-def set_embeddings(conn: Connection, rows: list[dict]) -> None:
+def set_embeddings(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """rows: {id, embedding, embedding_model, embedding_dim}; chunks deleted meanwhile
     are simply not found."""
     conn.executemany(
@@ -916,34 +1250,36 @@ def set_embeddings(conn: Connection, rows: list[dict]) -> None:
 # --- lifecycle events ----------------------------------------------------------------
 
 
-_EVENT_COLUMNS = "e.id, e.topic, e.document_id, e.task_id, e.base, e.created_at, e.payload"
+_EVENT_COLUMNS = ", ".join(f"e.{column}" for column in EventRow._fields)
 
 
 def events_after(
     conn: Connection, scope: Scope, after: int, also: Sequence[int], limit: int
-) -> list[Row]:
+) -> list[tuple[EventRow, bool]]:
     """Events with an id above `after` (and those in `also`), oldest first, each with
-    `readable`: whether its base is in `scope`. Unreadable ones are returned too (never
-    shown), so that a reader can tell an id it may not see from one not committed yet."""
+    whether its base is in `scope`. Unreadable ones are returned too (never shown), so
+    that a reader can tell an id it may not see from one not committed yet."""
     where, params = scope_filter(scope, "e.base")
     readable = f"CASE WHEN {where} THEN 1 ELSE 0 END" if where else "1"
     wanted = "e.id > :after"
     if also:
         wanted = f"({wanted} OR e.id IN ({', '.join(str(int(i)) for i in also)}))"
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT {_EVENT_COLUMNS}, {readable} AS readable FROM {OUTBOX} AS e "
         f"WHERE {wanted} ORDER BY e.id LIMIT :limit",
         {**params, "after": after, "limit": limit},
-    ).all()
+    )
+    return [(EventRow._make(row[:-1]), bool(row[-1])) for row in rows]
 
 
-def undelivered_events(conn: Connection, limit: int) -> list[Row]:
+def undelivered_events(conn: Connection, limit: int) -> list[EventRow]:
     """The oldest events no webhook has acknowledged, of every base."""
-    return conn.execute(
-        f"SELECT {_EVENT_COLUMNS}, e.attempts FROM {OUTBOX} AS e "
+    rows = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM {OUTBOX} AS e "
         "WHERE e.dispatched_at IS NULL ORDER BY e.id LIMIT :limit",
         {"limit": limit},
-    ).all()
+    )
+    return [EventRow._make(row) for row in rows]
 
 
 def mark_delivered(conn: Connection, event_id: int, at: str) -> None:

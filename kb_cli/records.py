@@ -1,21 +1,108 @@
-"""The records commands print (docs/interface.md, "Records"), built from database rows.
+"""The records commands print (docs/interface.md, "Records"), built from database rows;
+and the rows themselves, one typed record per table that code reads.
 
 Plain (not frozen) dataclasses: a frozen one sets each field through
-`object.__setattr__`, which doubled the cost of listing 10,000 documents.
+`object.__setattr__`, which doubled the cost of listing 10,000 documents. Rows are
+named tuples: built positionally from the driver's row at the cost of a tuple, and
+immutable.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple
 
 
-class Row(Protocol):
-    """A database row with attribute access (`row.status`): a named tuple on both
-    engines (kb_cli.engines), its columns known only at run time."""
+class DocumentRow(NamedTuple):
+    """A row of `documents`: kb_cli/queries.py selects its fields, in this order."""
 
-    def __getattr__(self, name: str) -> Any: ...
-    def __getitem__(self, index: int) -> Any: ...
+    id: str
+    base: str
+    filename: str
+    content_type: str
+    size_bytes: int
+    sha256: str
+    object_key: str
+    status: str
+    version: int
+    revision: int
+    published_revision: int | None
+    latest_task_id: str | None
+    rejected_revision: int | None
+    rejected_reason: str | None
+    archived_revision: int | None
+    created_at: str
+    updated_at: str
+
+
+class TaskRow(NamedTuple):
+    """A row of `ingestion_tasks`: kb_cli/queries.py selects its fields, in this order."""
+
+    id: str
+    document_id: str
+    revision: int
+    status: str
+    stage: str
+    completed: int
+    total: int
+    attempt: int
+    error_code: str | None
+    error_detail: str | None
+    worker_id: str | None
+    lease_expires_at: str | None
+    retry_at: str | None
+    created_at: str
+    updated_at: str
+
+
+class UserRow(NamedTuple):
+    """A row of `users`: the token's columns too, never shown (UserRecord omits them)."""
+
+    name: str
+    role: str
+    token_id: str
+    token_salt: str
+    token_hash: str
+    created_at: str
+    disabled_at: str | None
+    last_used_at: str | None
+
+
+class TombstoneRow(NamedTuple):
+    """A row of `deleted_documents`: what remains of a deleted document."""
+
+    id: str
+    base: str
+    filename: str
+    task_ids: str
+    deleted_at: str
+    deleted_by: str
+
+
+class AuditRow(NamedTuple):
+    """A row of `audit_events`."""
+
+    id: int
+    at: str
+    actor: str
+    action: str
+    entity_id: str
+    from_status: str | None
+    to_status: str | None
+    detail: str | None
+
+
+class EventRow(NamedTuple):
+    """A row of `outbox_events`, without its delivery time."""
+
+    id: int
+    topic: str
+    document_id: str | None
+    task_id: str | None
+    base: str | None
+    created_at: str
+    payload: str
+    attempts: int
 
 
 @dataclass
@@ -40,7 +127,7 @@ class TaskRecord:
     filename: str | None = None
 
     @classmethod
-    def from_row(cls, row: Row, filename: str | None = None) -> TaskRecord:
+    def from_row(cls, row: TaskRow, filename: str | None = None) -> TaskRecord:
         # Positional, in field order: three times faster than keywords, which shows
         # when `kb status` lists 10,000 documents.
         return cls(
@@ -88,7 +175,7 @@ class DocumentRecord:
     latest_task: TaskRecord | None
 
     @classmethod
-    def from_listing(cls, values: tuple) -> DocumentRecord:
+    def from_listing(cls, values: tuple[Any, ...]) -> DocumentRecord:
         """From a row of LISTING_COLUMNS: the document's fields, then its latest task's
         (all NULL when it has none)."""
         split = len(DOCUMENT_COLUMNS)
@@ -206,7 +293,7 @@ class AuditRecord:
     detail: str | None
 
     @classmethod
-    def from_row(cls, row: Row) -> AuditRecord:
+    def from_row(cls, row: AuditRow) -> AuditRecord:
         return cls(
             row.at, row.actor, row.action, row.entity_id, row.from_status, row.to_status, row.detail
         )
@@ -257,7 +344,7 @@ class EventRecord:
     data: dict[str, Any]
 
     @classmethod
-    def from_row(cls, row: Row) -> EventRecord:
+    def from_row(cls, row: EventRow) -> EventRecord:
         import json
 
         return cls(

@@ -8,10 +8,10 @@ and a task that becomes claimable wakes the idle workers at commit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 from kb_cli import queries
-from kb_cli.db import Connection, utcnow
+from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import ConflictError, InternalError
 from kb_cli.lifecycle import (
@@ -22,9 +22,11 @@ from kb_cli.lifecycle import (
     is_legal_document_transition,
     is_legal_task_transition,
 )
+from kb_cli.queries import AuditEvent, DocumentChanges, TaskChanges
+from kb_cli.records import DocumentRow, TaskRow
 
 # Where a new run of a task starts: no progress, no error, no pending retry.
-FRESH_RUN: dict[str, Any] = {
+FRESH_RUN: TaskChanges = {
     "stage": Stage.DOWNLOAD,
     "completed": 0,
     "total": 0,
@@ -43,7 +45,7 @@ TASK_EVENTS = {
 WAKING_TASK_STATUSES = (TaskStatus.QUEUED, TaskStatus.RETRY_WAIT)
 
 
-def task_event_data(task: Any) -> dict[str, Any]:
+def task_event_data(task: TaskRow) -> dict[str, Any]:
     return {
         "status": task.status,
         "revision": task.revision,
@@ -71,10 +73,11 @@ def audit_event(
     from_status: str | None = None,
     to_status: str | None = None,
     detail: str | None = None,
-    at: str | None = None,
-) -> dict[str, Any]:
+    *,
+    at: str,
+) -> AuditEvent:
     return {
-        "at": at or utcnow(),
+        "at": at,
         "actor": actor,
         "action": action,
         "entity_id": entity_id,
@@ -86,33 +89,38 @@ def audit_event(
 
 def move_task(
     conn: Connection,
-    task: Any,
+    task: TaskRow,
     to: TaskStatus,
     *,
     actor: str,
     action: str,
+    updated_at: str,
     detail: str | None = None,
     fence: tuple[str, int] | None = None,
     required: bool = False,
-    **values: Any,
-) -> Any:
+    **values: Unpack[TaskChanges],
+) -> TaskRow | None:
     """Move a task from the status it was read with: the new row, or None if it changed
-    meanwhile (with `required`, a ConflictError instead).
+    meanwhile (with `required`, a ConflictError instead). `updated_at` (the caller's
+    clock) is also the time of its audit and lifecycle events.
 
     A worker's move (`fence` given) always starts from its own running claim.
     """
     origin = TaskStatus.RUNNING if fence else TaskStatus(task.status)
     if not is_legal_task_transition(origin, to):
         raise InternalError(f"illegal task transition {origin} -> {to}")
-    now = values.setdefault("updated_at", utcnow())
-    moved = queries.update_task(conn, task.id, [origin], fence=fence, status=to, **values)
+    moved = queries.update_task(
+        conn, task.id, [origin], fence=fence, status=to, updated_at=updated_at, **values
+    )
     if moved:
         queries.insert_audit_events(
-            conn, [audit_event(actor, action, task.id, origin, to, detail, now)]
+            conn, [audit_event(actor, action, task.id, origin, to, detail, at=updated_at)]
         )
         if to in TASK_EVENTS:
             data = task_event_data(moved)
-            queries.insert_event(conn, TASK_EVENTS[to], moved.document_id, task.id, data, now)
+            queries.insert_event(
+                conn, TASK_EVENTS[to], moved.document_id, task.id, data, updated_at
+            )
         if to in WAKING_TASK_STATUSES:
             queries.wake(conn, TASKS_CHANNEL)
     elif required:
@@ -122,29 +130,66 @@ def move_task(
 
 def move_document(
     conn: Connection,
-    document: Any,
+    document: DocumentRow,
     to: DocStatus,
     *,
     actor: str,
     action: str,
+    updated_at: str,
     detail: str | None = None,
     if_version: int | None = None,
     required: bool = False,
-    **values: Any,
-) -> Any:
+    **values: Unpack[DocumentChanges],
+) -> DocumentRow | None:
     """Move a document from the status it was read with, bumping its version: the new
     row, or None if it changed meanwhile. A move the document table does not list is
-    refused before any write."""
-    origin = DocStatus(document.status)
+    refused before any write. `updated_at` (the caller's clock) is also the time of its
+    audit and lifecycle events."""
+    return move_document_from(
+        conn,
+        document.id,
+        DocStatus(document.status),
+        to,
+        actor=actor,
+        action=action,
+        updated_at=updated_at,
+        detail=detail,
+        if_version=if_version,
+        required=required,
+        **values,
+    )
+
+
+def move_document_from(
+    conn: Connection,
+    document_id: str,
+    origin: DocStatus,
+    to: DocStatus,
+    *,
+    actor: str,
+    action: str,
+    updated_at: str,
+    detail: str | None = None,
+    if_version: int | None = None,
+    required: bool = False,
+    **values: Unpack[DocumentChanges],
+) -> DocumentRow | None:
+    """As move_document, for a caller that knows the status the document should be in
+    without reading its row (a worker moves its task's document on from processing)."""
     if not is_legal_document_transition(origin, to):
         raise InternalError(f"illegal document transition {origin} -> {to}")
-    now = values.setdefault("updated_at", utcnow())
     moved = queries.update_document(
-        conn, document.id, [origin], if_version=if_version, status=to, **values
+        conn,
+        document_id,
+        [origin],
+        if_version=if_version,
+        status=to,
+        updated_at=updated_at,
+        **values,
     )
     if moved:
         queries.insert_audit_events(
-            conn, [audit_event(actor, action, document.id, origin, to, detail, now)]
+            conn, [audit_event(actor, action, document_id, origin, to, detail, at=updated_at)]
         )
         if kind := document_event_type(action, to):
             data = {
@@ -153,15 +198,15 @@ def move_document(
                 "published_revision": moved.published_revision,
                 "version": moved.version,
             }
-            queries.insert_event(conn, kind, document.id, moved.latest_task_id, data, now)
+            queries.insert_event(conn, kind, document_id, moved.latest_task_id, data, updated_at)
     elif required:
-        raise ConflictError(f"document {document.id} changed meanwhile; read it again and retry")
+        raise ConflictError(f"document {document_id} changed meanwhile; read it again and retry")
     return moved
 
 
 def cancel_task(
-    conn: Connection, task: Any, *, actor: str, now: str, detail: str | None = None
-) -> Any:
+    conn: Connection, task: TaskRow, *, actor: str, now: str, detail: str | None = None
+) -> TaskRow | None:
     """An active task to `cancelled`, its lease and pending retry over (`kb cancel`, and
     the first step of `kb delete`). Chunks a running worker already wrote go in the same
     transaction; the worker notices at its next check and writes nothing more."""
@@ -183,27 +228,30 @@ def cancel_task(
 
 def requeue_task(
     conn: Connection,
-    task: Any,
+    task: TaskRow,
     *,
     actor: str,
     action: str,
+    updated_at: str,
     detail: str | None = None,
     fence: tuple[str, int] | None = None,
     required: bool = False,
-    **values: Any,
-) -> Any:
+    **values: Unpack[TaskChanges],
+) -> TaskRow | None:
     """Back to `queued` / `download` / 0 / 0 with no claim, attempt kept, and no chunks
     of the abandoned run left behind (retry, graceful release, doctor's repair)."""
+    changes: TaskChanges = {**FRESH_RUN, "worker_id": None, "lease_expires_at": None, **values}
     moved = move_task(
         conn,
         task,
         TaskStatus.QUEUED,
         actor=actor,
         action=action,
+        updated_at=updated_at,
         detail=detail,
         fence=fence,
         required=required,
-        **{**FRESH_RUN, "worker_id": None, "lease_expires_at": None, **values},
+        **changes,
     )
     if moved:
         queries.delete_task_chunks(conn, task.id)

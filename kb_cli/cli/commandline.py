@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Iterator
+from typing import Any
 
 import typer
 from typer.core import TyperOption
@@ -42,7 +43,7 @@ def build(app: typer.Typer):
     return root
 
 
-def _every_command(command) -> Iterator:
+def _every_command(command: Any) -> Iterator[Any]:  # Typer's own click's commands
     yield command
     for sub in getattr(command, "commands", {}).values():  # a group's commands
         yield from _every_command(sub)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -74,7 +74,7 @@ def upload(
                 "submit or retry afterwards"
             )
         kb, grant = open_granted(ctx, REPLACE, replace)
-        records: list = [documents.replace_file(kb, files[0], grant.full_id)]
+        records: list[Any] = [documents.replace_file(kb, files[0], grant.full_id)]
     else:
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE)
         uploaded = documents.upload(kb, files, submit=submit, base=base or DEFAULT_BASE)

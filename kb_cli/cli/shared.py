@@ -8,7 +8,7 @@ on (the base of the document or task it names, or a base). `open_kb` runs the gu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -69,7 +69,8 @@ class Invocation:
 
 
 def invocation_of(ctx: typer.Context) -> Invocation:
-    return ctx.find_root().obj
+    invocation: Invocation = ctx.find_root().obj
+    return invocation
 
 
 def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = True):
@@ -109,7 +110,7 @@ def settings_of(ctx: typer.Context) -> Settings:
     return resolve_settings(options.home, options.database_url, options.object_store)
 
 
-def print_with_filenames(records: list, json_out: bool) -> None:
+def print_with_filenames(records: list[Any], json_out: bool) -> None:
     """Records as console.print_records prints them, each task's file (as the service
     that made the record read it) named on a screen or in a plain line (JSON records
     stay as the contract has them)."""

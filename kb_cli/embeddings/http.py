@@ -45,7 +45,8 @@ class OpenAICompatibleEmbedder:
         return f"openai:{self.model_name}"
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+        vector: np.ndarray = self.embed([text])[0]
+        return vector
 
     def embed(self, texts: list[str]) -> np.ndarray:
         import numpy as np

@@ -73,7 +73,8 @@ class LocalEmbedder:
         self.batch_size = batch_size
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+        vector: np.ndarray = self.embed([text])[0]
+        return vector
 
     def embed(self, texts: list[str]) -> np.ndarray:
         import numpy as np
@@ -117,7 +118,8 @@ def _token_sums(ids: np.ndarray, lengths: np.ndarray, model: _Model) -> np.ndarr
     )
     matrix = np.zeros(texts * vocabulary, dtype=np.float32)
     matrix[cells] = counts
-    return matrix.reshape(texts, vocabulary) @ model.table32
+    counted: np.ndarray = matrix.reshape(texts, vocabulary) @ model.table32
+    return counted
 
 
 class _Model:

@@ -95,7 +95,7 @@ class Engine(Protocol):
         phrases: list[str],
         limit: int,
         scope: str,
-        scope_params: dict,
+        scope_params: dict[str, Any],
     ) -> list[Scored]: ...
 
 

@@ -13,7 +13,7 @@ import functools
 import re
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kb_cli.engines import WATCH_SLICE_SECONDS, candidate_filters
 from kb_cli.errors import UsageError
@@ -271,7 +271,7 @@ _PUBLISHED = _IN_BASE + " AND c.revision = d.published_revision"
 
 
 def lexical_ranking(
-    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict
+    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict[str, Any]
 ) -> list[Scored]:
     """(chunk id, BM25 score) of published chunks in `scope` matching any term, best
     first; a chunk must contain every phrase verbatim (ILIKE).

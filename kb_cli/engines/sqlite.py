@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter, namedtuple
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kb_cli.engines import WATCH_SLICE_SECONDS, candidate_filters
 from kb_cli.errors import UsageError
@@ -152,7 +152,8 @@ class DataVersionWatch:
 
     def _version(self) -> int | None:
         try:
-            return self._raw.execute("PRAGMA data_version").fetchone()[0]
+            version: int = self._raw.execute("PRAGMA data_version").fetchone()[0]
+            return version
         except sqlite3.Error:  # a look that failed is a wake-up: the read will tell
             return None
 
@@ -292,7 +293,7 @@ _VOCABULARY = (
 
 
 def lexical_ranking(
-    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict
+    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict[str, Any]
 ) -> list[Scored]:
     """(chunk id, BM25 score) of published chunks in `scope` matching any term, best
     first; a chunk must contain every phrase verbatim (LIKE: case-insensitive for ASCII).
@@ -327,7 +328,7 @@ def _any_of(terms: list[str]) -> str:
 
 
 def ranked_in_scope(
-    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict
+    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict[str, Any]
 ) -> list[Scored]:
     """ranking.bm25 over the index's postings of the chunks in `scope` only; about 4
     times slower than bm25() (benchmark case 7), so only when some base is out of

@@ -67,7 +67,8 @@ def parse(
     budget = Budget(limits or ParseLimits())
     markdown = kind.extension == ".md"
     if kind.module == "text":
-        return module.parse(path, on_progress, budget, markdown=markdown)
+        blocks: list[Block] = module.parse(path, on_progress, budget, markdown=markdown)
+        return blocks
     from kb_cli.parsers import isolated
 
     return isolated.run(module, path, on_progress, budget, checkpoint)

@@ -46,7 +46,8 @@ def _package_document(package) -> str:
     container = parse_xml(read_part(package, CONTAINER, what), what)
     for element in container.iter():
         if local_name(element) == "rootfile" and element.get("full-path"):
-            return element.get("full-path", "")
+            path: str = element.get("full-path", "")
+            return path
     raise ParseError("the container names no package document")
 
 

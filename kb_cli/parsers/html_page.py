@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 from kb_cli.parsers.common import Block, Budget, HeadingPath, ProgressCallback
 from kb_cli.parsers.text import decode
@@ -78,10 +79,10 @@ class _MainContent(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.budget = budget
         # ("text", text, in main) or ("heading", level, text), in page order
-        self.events: list[tuple] = []
+        self.events: list[tuple[Any, ...]] = []
         self.text: list[str] = []
         self.skipping: tuple[str, int] | None = None  # (tag, nesting of it)
-        self.main_tags: list[list] = []  # [tag, nesting of it] of each main element open
+        self.main_tags: list[list[Any]] = []  # [tag, nesting of it] of each main element open
         self.heading: tuple[int, list[str]] | None = None
         self.pre = 0
         self.page_title: list[str] | None = None
@@ -179,10 +180,10 @@ class _MainContent(HTMLParser):
         return blocks
 
     @staticmethod
-    def _main_only(events: list[tuple]) -> list[tuple]:
+    def _main_only(events: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """The text marked as main content and the headings among it (from the first
         heading before it)."""
-        kept: list[tuple] = []
+        kept: list[tuple[Any, ...]] = []
         started = False
         for index, event in enumerate(events):
             in_main = event[0] == "text" and event[2]

@@ -23,10 +23,11 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from kb_cli.errors import DocumentTooLarge, ParseError
 from kb_cli.parsers.common import Block, Budget, ParseLimits, ProgressCallback
@@ -72,7 +73,8 @@ def run(
         if not keep:
             _stop_server()
         if answer[0] == "done":
-            return answer[1]
+            blocks: list[Block] = answer[1]
+            return blocks
         raise _rebuild(tuple(answer), budget.limits.max_memory_bytes)
 
 
@@ -134,7 +136,9 @@ def _serve(requests: int, replies: int, memory: int) -> None:
         os._exit(0)
 
 
-def _parse_request(request: tuple, replies: int, base: int | None, memory: int) -> tuple:
+def _parse_request(
+    request: tuple[Any, ...], replies: int, base: int | None, memory: int
+) -> tuple[Any, ...]:
     name, path, limits, environment = request
     for variable, value in environment.items():
         if value is None:
@@ -169,7 +173,7 @@ def _address_space(field: str) -> int | None:
     return None
 
 
-def _portable(error: BaseException) -> tuple:
+def _portable(error: BaseException) -> tuple[Any, ...]:
     """What the parent needs to rebuild the error: its kind, type name and message."""
     if isinstance(error, DocumentTooLarge):
         return "too_large", type(error).__name__, error.message, None
@@ -180,7 +184,7 @@ def _portable(error: BaseException) -> tuple:
     return "other", type(error).__name__, " ".join(str(error).split())[:400], None
 
 
-def _receive(fd: int) -> tuple | None:
+def _receive(fd: int) -> tuple[Any, ...] | None:
     """One whole message, blocking; None at the end of the pipe."""
     header = _read_exactly(fd, _HEADER.size)
     if header is None:
@@ -199,7 +203,7 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
     return bytes(data)
 
 
-def _send(out: int, message: tuple) -> None:
+def _send(out: int, message: tuple[Any, ...]) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
@@ -214,7 +218,7 @@ def _collect(
     on_progress: ProgressCallback,
     limits: ParseLimits,
     checkpoint: Callable[[], None],
-) -> tuple:
+) -> tuple[Any, ...]:
     """Progress as it comes, until the server's final reply for this document."""
     deadline = time.monotonic() + limits.timeout_seconds
     buffer = bytearray()
@@ -236,13 +240,13 @@ def _collect(
             on_progress(message[1], message[2])
 
 
-def _messages(buffer: bytearray):
+def _messages(buffer: bytearray) -> Iterator[tuple[Any, ...]]:
     """Complete messages at the front of `buffer`, removed from it as they are read."""
     while len(buffer) >= _HEADER.size:
         (length,) = _HEADER.unpack_from(buffer)
         if len(buffer) < _HEADER.size + length:
             return
-        message = pickle.loads(buffer[_HEADER.size : _HEADER.size + length])
+        message: tuple[Any, ...] = pickle.loads(buffer[_HEADER.size : _HEADER.size + length])
         del buffer[: _HEADER.size + length]
         yield message
 
@@ -254,7 +258,7 @@ def _memory_error(limit: int, crashed: str = "") -> DocumentTooLarge:
     )
 
 
-def _rebuild(message: tuple, memory_limit: int) -> Exception:
+def _rebuild(message: tuple[Any, ...], memory_limit: int) -> Exception:
     if message[0] == "memory":
         return _memory_error(memory_limit)
     _, kind, name, text, number = message

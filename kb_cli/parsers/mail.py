@@ -106,8 +106,11 @@ def _attachment_blocks(part: MIMEPart, name: str, budget: Budget, nesting: int) 
         copy.write(data)
         copy.flush()
         if kind.module == "text":
-            return module.parse(Path(copy.name), _ignore, budget, markdown=kind.extension == ".md")
-        return module.parse(Path(copy.name), _ignore, budget)
+            markdown = kind.extension == ".md"
+            blocks: list[Block] = module.parse(Path(copy.name), _ignore, budget, markdown=markdown)
+        else:
+            blocks = module.parse(Path(copy.name), _ignore, budget)
+        return blocks
 
 
 def _ignore(done: int, total: int) -> None:

@@ -88,11 +88,12 @@ def _is_date(code: str) -> bool:
 def _literals(section: str) -> str:
     """The section with quoted text and escapes made plain and brackets resolved."""
 
-    def plain(match: re.Match) -> str:
-        if match.group(1) is not None:
-            return match.group(1)
-        if match.group(2) is not None:
-            return match.group(2)
+    def plain(match: re.Match[str]) -> str:
+        quoted, escaped = match.group(1, 2)
+        if quoted is not None:
+            return quoted
+        if escaped is not None:
+            return escaped
         return " " if match.group(0).startswith("_") else ""
 
     return _QUOTED.sub(plain, _BRACKETS.sub(lambda m: _bracket(m.group(1)), section))
@@ -139,7 +140,9 @@ def _date(value: float, section: str, date1904: bool) -> str:
     return "".join(out)
 
 
-def _date_part(code: str, moment: dt.datetime, tokens: list, index: int, twelve: bool) -> str:
+def _date_part(
+    code: str, moment: dt.datetime, tokens: list[re.Match[str]], index: int, twelve: bool
+) -> str:
     lower = code.lower()
     if lower in ("am/pm", "a/p"):
         return (
@@ -166,7 +169,7 @@ def _date_part(code: str, moment: dt.datetime, tokens: list, index: int, twelve:
     return moment.strftime(names[len(lower)]) if len(lower) in names else moment.strftime("%B")[0]
 
 
-def _is_minutes(tokens: list, index: int) -> bool:
+def _is_minutes(tokens: list[re.Match[str]], index: int) -> bool:
     """m/mm means minutes right after an hour or right before a second."""
     before = tokens[index - 1].group(0).lower() if index else ""
     after = tokens[index + 1].group(0).lower() if index + 1 < len(tokens) else ""

@@ -77,7 +77,7 @@ def _pdfium_page_text(pypdfium2, document, index: int) -> str:
         text_page = page.get_textpage()
     except pypdfium2.PdfiumError as error:  # pypdf may read what pdfium cannot
         raise ParseError(f"pdfium cannot load page {index + 1}: {error}") from error
-    text = text_page.get_text_range().replace("\r\n", "\n")
+    text: str = text_page.get_text_range().replace("\r\n", "\n")
     text_page.close()
     page.close()
     return text

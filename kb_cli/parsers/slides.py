@@ -115,7 +115,8 @@ def _notes(root) -> list[str]:
 def _placeholder(shape) -> str | None:
     for element in shape.iter():
         if local_name(element) == "ph":
-            return element.get("type", "body")
+            kind: str = element.get("type", "body")
+            return kind
     return None
 
 

@@ -28,7 +28,7 @@ class HttpReranker:
         self.model_name = model
 
     def rerank(self, query: str, passages: list[str]) -> list[float]:
-        payload: dict = {"query": query, "documents": passages, "texts": passages}
+        payload: dict[str, Any] = {"query": query, "documents": passages, "texts": passages}
         if self.model_name:
             payload["model"] = self.model_name
         answer = self.endpoint.post(payload)

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from kb_cli import queries
 from kb_cli.app import MAX_ID_CHARS, Kb, require_base, resolve_id
-from kb_cli.db import Connection, Database, format_stamp, utcnow
+from kb_cli.db import Connection, Database, format_stamp
 from kb_cli.errors import (
     ConflictError,
     ForbiddenError,
@@ -26,7 +26,7 @@ from kb_cli.errors import (
     UsageError,
 )
 from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target
-from kb_cli.records import Row
+from kb_cli.records import UserRow
 from kb_cli.services.bases import check_names
 from kb_cli.transitions import audit_event
 
@@ -47,7 +47,7 @@ class NewUser:
     token: str
     teams: list[str]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"user": self.user, "role": self.role, "token": self.token, "teams": self.teams}
 
 
@@ -113,7 +113,9 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None, more: Sequence[str]
     raise error
 
 
-def _check_role(user: Row | None, rule: Rule) -> tuple[Actor, tuple | None]:
+def _check_role(
+    user: UserRow | None, rule: Rule
+) -> tuple[Actor, tuple[str | None, KbError, str] | None]:
     """The caller (the user KB_TOKEN names), and (None, forbidden, why) when the token
     or its role refuses."""
     if user is None:
@@ -189,7 +191,7 @@ def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> Ne
         raise UsageError("a user name is 1 to 100 printable characters")
     teams = check_names(teams or [], "team")
     token, stored = make_token()
-    now = utcnow()
+    now = kb.timestamp()
     with kb.db.write() as conn:
         # The permission is checked again in the transaction that inserts: two callers
         # in open mode could otherwise both pass the open-mode check and both become
@@ -251,11 +253,11 @@ def _insert_user(
     queries.insert_user_teams(conn, name, teams)
     detail = f"role {role}" + (f", teams {', '.join(teams)}" if teams else "")
     queries.insert_audit_events(
-        conn, [audit_event(actor, "user_add", name, None, role, detail, now)]
+        conn, [audit_event(actor, "user_add", name, None, role, detail, at=now)]
     )
 
 
-def _user_for_token(conn: Connection, token: str):
+def _user_for_token(conn: Connection, token: str) -> UserRow | None:
     import hmac
 
     if not token.isascii():  # kb's tokens are; undecodable bytes arrive as surrogates
@@ -286,7 +288,9 @@ def record_refusal(kb: Kb, actor: str, command: str, target: str | None, reason:
     try:
         with database.write() as conn:
             entity = _entity_for(conn, target) or f"command:{command}"
-            event = audit_event(actor, "refused", entity, detail=f"{command}: {reason}")
+            event = audit_event(
+                actor, "refused", entity, detail=f"{command}: {reason}", at=kb.timestamp()
+            )
             queries.insert_audit_events(conn, [event])
     except Exception:
         pass
@@ -315,7 +319,7 @@ def _brief_database(kb: Kb) -> Database:
     return Database(kb.db.url, min(BRIEF_WRITE_SECONDS, kb.db.busy_timeout_seconds))
 
 
-def _use_due(kb: Kb, user: Row) -> bool:
+def _use_due(kb: Kb, user: UserRow) -> bool:
     """Whether the user's last use is to be written: not noted in the last minute (no
     write transaction at all otherwise)."""
     return user.last_used_at is None or user.last_used_at < _minute_ago(kb)

@@ -11,7 +11,6 @@ import re
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
-from kb_cli.db import utcnow
 from kb_cli.errors import ConflictError, NotFoundError, UsageError
 from kb_cli.permissions import BASE_PREFIX
 from kb_cli.records import BaseRecord, DocumentRecord
@@ -36,7 +35,7 @@ def check_names(names: list[str], noun: str) -> list[str]:
 def create_base(kb: Kb, name: str, teams: list[str]) -> BaseRecord:
     [name] = check_names([name], "base")
     teams = check_names(teams, "team")
-    now = utcnow()
+    now = kb.timestamp()
     with kb.db.write() as conn:
         if queries.base_exists(conn, name):
             raise ConflictError(f"knowledge base {name!r} already exists")
@@ -78,7 +77,9 @@ def grant_base(kb: Kb, name: str, user: str) -> BaseRecord:
         if queries.get_user(conn, user) is None:
             raise NotFoundError(f"no user named {user!r}")
         if queries.insert_grant(conn, name, user):
-            event = audit_event(kb.actor.name, "grant", BASE_PREFIX + name, detail=f"user {user}")
+            event = audit_event(
+                kb.actor.name, "grant", BASE_PREFIX + name, detail=f"user {user}", at=kb.timestamp()
+            )
             queries.insert_audit_events(conn, [event])
     [record] = list_bases(kb, name)
     return record
@@ -91,7 +92,7 @@ def move_document(kb: Kb, document_id: str, base: str) -> DocumentRecord:
         document = queries.existing_document(conn, document_id, lock=True)
         if document.base == base:
             raise ConflictError(f"document {document_id} is already in {base!r}")
-        now = utcnow()
+        now = kb.timestamp()
         if queries.move_to_base(conn, document_id, document.base, base, now) is None:
             raise ConflictError(f"document {document_id} changed meanwhile; try again")
         event = audit_event(
@@ -113,7 +114,9 @@ def revoke_base(kb: Kb, name: str, user: str) -> BaseRecord:
                 f"user {user!r} has no grant on knowledge base {name!r}; nothing changed "
                 f"(kb base show {name} lists its grants)"
             )
-        event = audit_event(kb.actor.name, "revoke", BASE_PREFIX + name, detail=f"user {user}")
+        event = audit_event(
+            kb.actor.name, "revoke", BASE_PREFIX + name, detail=f"user {user}", at=kb.timestamp()
+        )
         queries.insert_audit_events(conn, [event])
     [record] = list_bases(kb, name)
     return record

@@ -148,12 +148,12 @@ class _Demo:
             )
         )
 
-    def _race(self, outcome: DocumentOutcome, delay: float = 0.0) -> dict:
+    def _race(self, outcome: DocumentOutcome, delay: float = 0.0) -> dict[str, Any]:
         """Start both workers on the same task; exactly one claims it."""
         racers = [self._start_worker(name, outcome.task_id, delay) for name in RACERS]
         return self._finish_race(outcome, racers)
 
-    def _start_worker(self, name: str, task_id: str, delay: float) -> subprocess.Popen:
+    def _start_worker(self, name: str, task_id: str, delay: float) -> subprocess.Popen[str]:
         env = {
             k: v
             for k, v in os.environ.items()
@@ -185,7 +185,9 @@ class _Demo:
             command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
 
-    def _finish_race(self, outcome: DocumentOutcome, racers: list[subprocess.Popen]) -> dict:
+    def _finish_race(
+        self, outcome: DocumentOutcome, racers: list[subprocess.Popen[str]]
+    ) -> dict[str, Any]:
         results = []
         for racer in racers:
             out, err = racer.communicate(timeout=120)
@@ -194,7 +196,7 @@ class _Demo:
             results.append(json.loads(out.strip().splitlines()[-1]))
         [winner] = [result for result in results if result["claimed"]]
         loser = next(result["worker_id"] for result in results if not result["claimed"])
-        task = winner["task"]
+        task: dict[str, Any] = winner["task"]
         outcome.won_by.append(winner["worker_id"])
         if task["status"] != "cancelled":
             outcome.notes.append(
@@ -304,7 +306,7 @@ class _Demo:
         with self.kb.db.read() as conn:
             for outcome in self.outcomes.values():
                 document = queries.existing_document(conn, outcome.document_id)
-                task = queries.existing_task(conn, document.latest_task_id)
+                task = queries.existing_task(conn, document.latest_task_id or "")
                 outcome.status, outcome.task_status = document.status, task.status
                 outcome.attempt, outcome.error_code = task.attempt, task.error_code
 

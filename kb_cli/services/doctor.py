@@ -16,7 +16,6 @@ from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import RepairRefused
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
-from kb_cli.records import Row
 from kb_cli.services import removal
 from kb_cli.transitions import requeue_task
 
@@ -44,7 +43,7 @@ class DoctorReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "ok": self.ok,
             "problems": [asdict(problem) for problem in self.problems],
@@ -102,7 +101,7 @@ def _status_pairs(conn: Connection) -> list[Problem]:
     problems = []
     latest = queries.latest_tasks(conn)
     for document in queries.all_documents(conn):
-        task = latest.get(document.latest_task_id)
+        task = latest.get(document.latest_task_id or "")
         task_status = TaskStatus(task.status) if task else None
         has_published = (document.published_revision or document.archived_revision) is not None
         rejected = task is not None and document.rejected_revision == task.revision
@@ -127,14 +126,14 @@ def _status_pairs(conn: Connection) -> list[Problem]:
                     document.object_key,
                 )
             )
-    for task in queries.stale_active_tasks(conn):
+    for stale in queries.stale_active_tasks(conn):
         problems.append(
             Problem(
                 "stale_task",
-                task.id,
+                stale.id,
                 "active task is not its document's latest task",
-                task.document_id,
-                task.object_key,
+                stale.document_id,
+                stale.object_key,
             )
         )
     return problems
@@ -194,7 +193,9 @@ def _stray_artefacts(conn: Connection) -> list[Problem]:
     return problems
 
 
-def _stray_artefact_rows(conn: Connection, document_id: str | None = None) -> list[Row]:
+def _stray_artefact_rows(
+    conn: Connection, document_id: str | None = None
+) -> list[queries.ArtefactOwner]:
     """A kept parse may exist only for its document's current, unprocessed revision and
     file (one not rejected): a later attempt may still reuse it. Any other (its document
     deleted, its revision processed, published or superseded) is stray. A document being
@@ -387,9 +388,15 @@ def _requeue_abandoned(kb: Kb, task_id: str) -> bool:
     with kb.db.write() as conn:
         task = queries.get_task(conn, task_id)
         now = format_stamp(kb.clock.now())
-        if task is None or task.status != TaskStatus.RUNNING or task.lease_expires_at >= now:
+        if (
+            task is None
+            or task.status != TaskStatus.RUNNING
+            or task.worker_id is None
+            or task.lease_expires_at is None
+            or task.lease_expires_at >= now
+        ):
             return False
-        return requeue_task(
+        requeued = requeue_task(
             conn,
             task,
             actor="doctor",
@@ -398,3 +405,4 @@ def _requeue_abandoned(kb: Kb, task_id: str) -> bool:
             fence=(task.worker_id, task.attempt),
             updated_at=now,
         )
+        return requeued is not None

@@ -7,10 +7,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
-from kb_cli.db import Connection, utcnow
+from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import (
@@ -24,7 +25,7 @@ from kb_cli.lifecycle import (
 )
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
-from kb_cli.records import DocumentRecord, TaskRecord
+from kb_cli.records import DocumentRecord, DocumentRow, TaskRecord
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document, task_event_data
 
@@ -58,14 +59,17 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
     try:
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
+            now = kb.timestamp()
             inserted = [
-                _Inserted(_insert_document(conn, kb.actor.name, base, up, obj), up.filename, obj)
+                _Inserted(
+                    _insert_document(conn, kb.actor.name, base, up, obj, now), up.filename, obj
+                )
                 for up, obj in zip(uploads, stored, strict=True)
             ]
             duplicates = _duplicates(conn, base, inserted)
             if submit:
                 records: list[TaskRecord] | list[DocumentRecord] = [
-                    _submit(conn, kb.actor.name, new.document_id) for new in inserted
+                    _submit(conn, kb.actor.name, new.document_id, now) for new in inserted
                 ]
             else:
                 records = [document_record(conn, new.document_id) for new in inserted]
@@ -76,7 +80,9 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
         raise
 
 
-def upload_files(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> list:
+def upload_files(
+    kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE
+) -> list[Any]:  # TaskRecords with `submit`, else DocumentRecords
     """`upload`'s records alone."""
     return upload(kb, paths, submit, base).records
 
@@ -153,6 +159,7 @@ def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
                 sha256=obj.sha256,
                 object_key=obj.key,
                 revision=document.revision + 1,
+                updated_at=kb.timestamp(),
             )
             queries.delete_artefacts(conn, document_id)  # parses of the superseded file
             record = document_record(conn, document_id)
@@ -166,7 +173,7 @@ def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
 
 def submit_document(kb: Kb, document_id: str) -> TaskRecord:
     with kb.db.write() as conn:
-        return _submit(conn, kb.actor.name, document_id)
+        return _submit(conn, kb.actor.name, document_id, kb.timestamp())
 
 
 def publish_document(kb: Kb, document_id: str, if_version: int | None = None) -> DocumentRecord:
@@ -181,13 +188,14 @@ def publish_document(kb: Kb, document_id: str, if_version: int | None = None) ->
             )
         revision = document.revision
         if document.status == DocStatus.ARCHIVED:
-            revision = document.archived_revision
-            if not queries.revision_has_chunks(conn, document_id, revision):
+            archived = document.archived_revision
+            if archived is None or not queries.revision_has_chunks(conn, document_id, archived):
                 raise ConflictError(
                     f"cannot publish document {document_id} again: the chunks of revision "
-                    f"{revision} are gone; upload it again (kb upload FILE --replace "
+                    f"{archived} are gone; upload it again (kb upload FILE --replace "
                     f"{document_id}) and submit it"
                 )
+            revision = archived
         moved = move_document(
             conn,
             document,
@@ -198,6 +206,7 @@ def publish_document(kb: Kb, document_id: str, if_version: int | None = None) ->
             if_version=if_version,
             published_revision=revision,
             archived_revision=None,
+            updated_at=kb.timestamp(),
         )
         if not moved:
             raise ConflictError(f"document {document_id} changed meanwhile; read it and retry")
@@ -214,7 +223,7 @@ def publish_all_reviewed(kb: Kb) -> Iterator[DocumentRecord]:
         waiting = queries.list_documents(conn, DocStatus.REVIEW_PENDING, scope=kb.scope)
     for document in waiting:  # newest first, as `kb status` lists them
         try:
-            yield publish_document(kb, document.id)
+            yield publish_document(kb, document.document_id)
         except (ConflictError, NotFoundError):
             continue
 
@@ -223,15 +232,14 @@ def document_record(conn: Connection, document_id: str) -> DocumentRecord:
     rows = queries.list_documents(conn, document_id=document_id)
     if not rows:
         raise NotFoundError(f"no document with id {document_id!r}")
-    return DocumentRecord.from_listing(rows[0])
+    return rows[0]
 
 
 def list_document_records(
     kb: Kb, status: str | None = None, error_code: str | None = None
 ) -> list[DocumentRecord]:
     with kb.db.read() as conn:
-        rows = queries.list_documents(conn, status, error_code, scope=kb.scope)
-    return [DocumentRecord.from_listing(row) for row in rows]
+        return queries.list_documents(conn, status, error_code, scope=kb.scope)
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -305,10 +313,9 @@ def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
 
 
 def _insert_document(
-    conn: Connection, actor: str, base: str, upload: _Upload, obj: StoredObject
+    conn: Connection, actor: str, base: str, upload: _Upload, obj: StoredObject, now: str
 ) -> str:
     document_id = str(uuid.uuid4())
-    now = utcnow()
     queries.insert_document(
         conn,
         id=document_id,
@@ -328,18 +335,17 @@ def _insert_document(
     )
     queries.insert_audit_events(
         conn,
-        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.filename, now)],
+        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.filename, at=now)],
     )
     return document_id
 
 
-def _submit(conn: Connection, actor: str, document_id: str) -> TaskRecord:
+def _submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskRecord:
     """draft -> processing with a new queued task and its outbox event, in `conn`: the
     task's record."""
     document = queries.existing_document(conn, document_id, lock=True)
     require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
-    now = utcnow()
     queries.insert_task(
         conn,
         id=task_id,
@@ -376,7 +382,7 @@ def _submit(conn: Connection, actor: str, document_id: str) -> TaskRecord:
                 None,
                 TaskStatus.QUEUED,
                 f"document {document_id} revision {document.revision}",
-                now,
+                at=now,
             )
         ],
     )
@@ -403,7 +409,7 @@ NEXT_STEP = {
 _OUTCOME = {"publish": DocStatus.PUBLISHED, "submit": DocStatus.PROCESSING}
 
 
-def require_status(document, allowed: tuple[DocStatus, ...], verb: str) -> None:
+def require_status(document: DocumentRow | None, allowed: tuple[DocStatus, ...], verb: str) -> None:
     """A conflict unless the document's status is one `verb` takes: the status, once,
     and what to do next."""
     if document is None:

@@ -32,7 +32,7 @@ class QuestionResult:
     forbidden_returned: list[str]
     expected_found: list[str]  # the expected names among the top k
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "question": self.question,
             "expected": self.expected,
@@ -52,7 +52,7 @@ class EvalSummary:
     mrr: float
     forbidden_leaks: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 

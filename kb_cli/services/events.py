@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
 from kb_cli.engines import EVENTS_CHANNEL
-from kb_cli.records import EventRecord, Row
+from kb_cli.records import EventRecord, EventRow
 
 PAGE = 500
 # Ids are taken at insert and transactions commit in any order (on PostgreSQL), so an
@@ -40,14 +40,16 @@ class EventCursor:
         with kb.db.read() as conn:
             scope = kb.actor.scope(base)
             rows = queries.events_after(conn, scope, self.after, list(self.gaps), PAGE)
-        return [EventRecord.from_row(row) for row in rows if self._advance(row, now)]
+        return [
+            EventRecord.from_row(row) for row, readable in rows if self._advance(row, readable, now)
+        ]
 
-    def _advance(self, row: Row, now: float) -> bool:
+    def _advance(self, row: EventRow, readable: bool, now: float) -> bool:
         """Move past `row`; whether the caller may see it."""
         if self.gaps.pop(row.id, None) is None:
             self.gaps.update({i: now + GAP_SECONDS for i in range(self.after + 1, row.id)})
             self.after = row.id
-        return bool(row.readable)
+        return readable
 
 
 def list_events(kb: Kb, since: int, base: str | None) -> Iterator[EventRecord]:

@@ -26,7 +26,7 @@ class ReindexReport:
     revisions: int
     chunks: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 

@@ -22,7 +22,6 @@ from typing import Protocol
 
 from kb_cli import queries
 from kb_cli.app import Kb
-from kb_cli.db import utcnow
 from kb_cli.engines import EVENTS_CHANNEL
 from kb_cli.errors import UsageError
 from kb_cli.records import EventRecord
@@ -81,7 +80,7 @@ class Delivery:
     attempts: int
     http_status: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 
@@ -202,7 +201,7 @@ class Relay:
                 delay = min(delay * 2, BACKOFF_CAP_SECONDS)
                 continue
             with self.kb.db.write() as conn:
-                queries.mark_delivered(conn, event.event_id, utcnow())
+                queries.mark_delivered(conn, event.event_id, self.kb.timestamp())
             self.listener.delivered(
                 Delivery(event.event_id, event.type, event.document_id, attempts, status)
             )

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
-from kb_cli.db import Connection, utcnow
+from kb_cli.db import Connection
 from kb_cli.errors import ConflictError, UsageError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, EventType
-from kb_cli.records import Row
+from kb_cli.records import DocumentRow
 from kb_cli.transitions import cancel_task, move_document
 
 
@@ -35,7 +35,7 @@ class Deletion:
     tasks: int
     deleted: bool
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 
@@ -55,7 +55,7 @@ def plan(
             if base is not None:
                 require_base(conn, kb.scope, base)
             rows = queries.list_documents(conn, status=status, scope=kb.actor.scope(base))
-            ids = [row[0] for row in rows]
+            ids = [row.document_id for row in rows]
         return [_planned(conn, document_id) for document_id in ids]
 
 
@@ -87,7 +87,7 @@ def delete(kb: Kb, planned: list[Deletion]) -> list[Deletion]:
 
 def begin(kb: Kb, document_id: str) -> None:
     """The first step, in one transaction: cancel, stop serving, hide, record."""
-    now = utcnow()
+    now = kb.timestamp()
     with kb.db.write() as conn:
         # The task row before the document row, in the order a worker and `kb cancel`
         # lock them, so that two transactions never wait for each other in a circle.
@@ -175,6 +175,6 @@ def remove_row(kb: Kb, document_id: str) -> None:
 STEPS = (remove_chunks, remove_artefacts, remove_tasks, remove_object, remove_row)
 
 
-def unfinished(conn: Connection) -> list[Row]:
+def unfinished(conn: Connection) -> list[DocumentRow]:
     """Documents whose delete began and did not end (a crash): for doctor."""
     return queries.documents_being_deleted(conn)

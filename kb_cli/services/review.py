@@ -36,6 +36,7 @@ def reject_document(kb: Kb, document_id: str, reason: str) -> DocumentRecord:
             detail=f"revision {document.revision}: {reason}",
             rejected_revision=document.revision,
             rejected_reason=reason,
+            updated_at=kb.timestamp(),
         )
     _remove_revision(kb, document_id, document.revision)
     with kb.db.read() as conn:
@@ -75,5 +76,6 @@ def unpublish_document(kb: Kb, document_id: str) -> DocumentRecord:
             detail=f"revision {served}",
             published_revision=None,
             archived_revision=served,
+            updated_at=kb.timestamp(),
         )
         return document_record(conn, document_id)

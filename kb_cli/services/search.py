@@ -3,6 +3,7 @@ fused by Reciprocal Rank Fusion (hybrid, the default when the chunks have vector
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kb_cli import queries
@@ -173,7 +174,9 @@ def _vector_ranking(
     return ranked
 
 
-def _hits(conn, ranked: list, limit: int, query: Query, context: int) -> list[SearchHit]:
+def _hits(
+    conn, ranked: list[tuple[queries.ChunkDetail, Hit]], limit: int, query: Query, context: int
+) -> list[SearchHit]:
     """The first `limit` hits; with `context`, each a passage of chunks no earlier
     passage holds (a hit inside an earlier passage is left out: it would repeat it)."""
     hits: list[SearchHit] = []
@@ -210,7 +213,9 @@ def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHi
     )
 
 
-def _passage(conn, row, context: int, covered: set[tuple[str, int, int]]) -> list:
+def _passage(
+    conn, row: queries.ChunkDetail, context: int, covered: set[tuple[str, int, int]]
+) -> Sequence[queries.ChunkDetail | queries.PassageChunk]:
     """The hit's chunk with its neighbours of the same section that no earlier passage
     holds, up to `context` on each side, contiguous. (On PostgreSQL a publish may
     delete the revision meanwhile: then the chunk alone, as the hit read it.)"""

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from kb_cli import queries
 from kb_cli.app import Kb
-from kb_cli.db import Connection, format_stamp, utcnow
+from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
     CANCELLABLE,
@@ -18,7 +18,7 @@ from kb_cli.lifecycle import (
     EventType,
     TaskStatus,
 )
-from kb_cli.records import DocumentRecord, QueuePlace, Row, TaskRecord
+from kb_cli.records import DocumentRecord, QueuePlace, TaskRecord, TaskRow
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import cancel_task as cancel_task_row
 from kb_cli.transitions import move_document, requeue_task, task_event_data
@@ -45,7 +45,7 @@ def get_task(kb: Kb, task_id: str) -> TaskRecord:
         return TaskRecord.from_row(queries.existing_task(conn, task_id))
 
 
-def _task_record(conn: Connection, task: Row) -> TaskRecord:
+def _task_record(conn: Connection, task: TaskRow) -> TaskRecord:
     """The task's record, naming its document's file (none when the document is gone)."""
     document = queries.get_document(conn, task.document_id)
     return TaskRecord.from_row(task, document.filename if document else None)
@@ -98,7 +98,7 @@ class _QueueReader:
         self.last: QueuePlace | None = None
         self.read_at = -QUEUE_POLL_SECONDS
 
-    def place(self, conn: Connection, task) -> QueuePlace | None:
+    def place(self, conn: Connection, task: TaskRow) -> QueuePlace | None:
         if task.status != TaskStatus.QUEUED:
             self.last = None
         elif self.last is None or time.monotonic() - self.read_at >= QUEUE_POLL_SECONDS:
@@ -119,7 +119,7 @@ def cancel_task(kb: Kb, entity_id: str, kind: str | None = None) -> TaskRecord:
                 f"cannot cancel task {task_id}: it is {task.status}; only queued, running "
                 "or retry_wait tasks can be cancelled"
             )
-        now = utcnow()
+        now = kb.timestamp()
         cancel_task_row(conn, task, actor=kb.actor.name, now=now)
         document = queries.get_document(conn, task.document_id, lock=True)
         if document is not None and document.status == DocStatus.PROCESSING:
@@ -141,7 +141,7 @@ def retry_task(kb: Kb, entity_id: str, kind: str | None = None) -> TaskRecord:
     """failed/failed -> queued/processing, on the same task row, attempt unchanged."""
     with kb.db.write() as conn:
         task_id = _task_id_for(conn, entity_id, kind)
-        filename = _requeue(conn, kb.actor.name, task_id)
+        filename = _requeue(conn, kb.actor.name, task_id, kb.timestamp())
         return TaskRecord.from_row(queries.existing_task(conn, task_id), filename)
 
 
@@ -150,7 +150,7 @@ def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
         records = []
         for task_id in queries.failed_task_ids(conn, error_code, kb.scope):
             try:
-                filename = _requeue(conn, kb.actor.name, task_id)
+                filename = _requeue(conn, kb.actor.name, task_id, kb.timestamp())
             except ConflictError:
                 continue  # e.g. an older failed task of a document that moved on
             records.append(TaskRecord.from_row(queries.existing_task(conn, task_id), filename))
@@ -167,7 +167,7 @@ def _task_id_for(conn: Connection, entity_id: str, kind: str | None) -> str:
     return document.latest_task_id
 
 
-def _requeue(conn: Connection, actor: str, task_id: str) -> str:
+def _requeue(conn: Connection, actor: str, task_id: str, now: str) -> str:
     """Requeue the failed task: its document's file name."""
     task = queries.existing_task(conn, task_id, lock=True)
     document = queries.get_document(conn, task.document_id, lock=True)
@@ -184,7 +184,6 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> str:
             f"task {task_id} is not the latest task of its document: "
             f"kb retry {document.id} retries the latest"
         )
-    now = utcnow()
     requeued = requeue_task(
         conn,
         task,
@@ -205,6 +204,7 @@ def _requeue(conn: Connection, actor: str, task_id: str) -> str:
         detail=f"task {task_id}",
         updated_at=now,
     )
+    assert requeued is not None  # required: a lost race raised ConflictError
     data = task_event_data(requeued)
     queries.insert_event(conn, EventType.TASK_QUEUED, document.id, task_id, data, now)
     return document.filename

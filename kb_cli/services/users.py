@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from kb_cli import queries
 from kb_cli.app import Kb
-from kb_cli.db import Connection, utcnow
+from kb_cli.db import Connection
 from kb_cli.errors import ConflictError, NotFoundError, UsageError
 from kb_cli.permissions import Role
-from kb_cli.records import Row, UserRecord
+from kb_cli.records import UserRecord, UserRow
 from kb_cli.services.access import NewUser, make_token
 from kb_cli.services.bases import check_names
 from kb_cli.transitions import audit_event
@@ -44,7 +44,7 @@ def disable_user(kb: Kb, name: str) -> UserRecord:
                     "who can manage users; make another admin first (kb user add NAME "
                     f"--role admin), then disable {name}"
                 )
-        now = utcnow()
+        now = kb.timestamp()
         if queries.set_user_disabled(conn, name, now):
             _audit(conn, kb, "user_disable", name, ACTIVE, DISABLED, f"role {user.role}", now)
         return _user_record(conn, name)
@@ -91,7 +91,7 @@ def change_teams(kb: Kb, name: str, add: list[str], remove: list[str]) -> UserRe
                 f"(kb user list shows each user's teams)"
             )
         added = [team for team in add if team not in current]
-        now = utcnow()
+        now = kb.timestamp()
         queries.insert_teams(conn, added, now)
         queries.insert_user_teams(conn, name, added)
         queries.delete_user_teams(conn, name, remove)
@@ -105,7 +105,7 @@ def change_teams(kb: Kb, name: str, add: list[str], remove: list[str]) -> UserRe
         return _user_record(conn, name)
 
 
-def _existing_user(conn: Connection, name: str) -> Row:
+def _existing_user(conn: Connection, name: str) -> UserRow:
     user = queries.get_user(conn, name)
     if user is None:
         raise NotFoundError(f"no user named {name!r} (kb user list shows the users)")
@@ -117,7 +117,7 @@ def _user_record(conn: Connection, name: str) -> UserRecord:
     return _record(user, [row.team for row in queries.user_teams(conn, name)])
 
 
-def _record(user: Row, teams: list[str]) -> UserRecord:
+def _record(user: UserRow, teams: list[str]) -> UserRecord:
     state = ACTIVE if user.disabled_at is None else DISABLED
     return UserRecord(user.name, user.role, teams, state, user.created_at, user.last_used_at)
 
@@ -132,5 +132,7 @@ def _audit(
     detail: str | None = None,
     at: str | None = None,
 ) -> None:
-    event = audit_event(kb.actor.name, action, name, from_status, to_status, detail, at)
+    event = audit_event(
+        kb.actor.name, action, name, from_status, to_status, detail, at=at or kb.timestamp()
+    )
     queries.insert_audit_events(conn, [event])

@@ -15,8 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from kb_cli import queries
 from kb_cli.app import Kb
@@ -24,8 +23,15 @@ from kb_cli.config import WorkerOptions
 from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
 from kb_cli.lifecycle import DocStatus, ErrorCode, Stage, TaskStatus
-from kb_cli.records import Row
-from kb_cli.transitions import FRESH_RUN, audit_event, move_document, move_task, requeue_task
+from kb_cli.queries import TaskChanges
+from kb_cli.records import DocumentRow, TaskRow
+from kb_cli.transitions import (
+    FRESH_RUN,
+    audit_event,
+    move_document_from,
+    move_task,
+    requeue_task,
+)
 from kb_cli.worker.retry import RetryPolicy
 
 BUSY_BACKOFF_CAP_SECONDS = 2.0
@@ -82,12 +88,13 @@ class Claimant:
             f"(an admin can run: kb user enable {name})"
         )
 
-    def move_document(self, conn: Connection, task: Row, to: DocStatus, action: str) -> None:
+    def move_document(self, conn: Connection, task: TaskRow, to: DocStatus, action: str) -> None:
         """Move the task's document along, if it is still processing (one guarded
         UPDATE: a document that was deleted or moved on is left alone)."""
-        move_document(
+        move_document_from(
             conn,
-            SimpleNamespace(id=task.document_id, status=DocStatus.PROCESSING),
+            task.document_id,
+            DocStatus.PROCESSING,
             to,
             actor=self.kb.actor.name,
             action=action,
@@ -127,15 +134,21 @@ def _take_once(claimant: Claimant, task_id: str | None) -> Taken:
     return taken
 
 
-def _candidate(conn: Connection, task_id: str | None, now: str) -> Row | None:
+def _candidate(conn: Connection, task_id: str | None, now: str) -> TaskRow | None:
     if task_id is not None:
         return queries.claimable_task(conn, task_id, now)
     return queries.next_claimable_task(conn, now)
 
 
-def _claim(claimant: Claimant, conn: Connection, task: Row, now: str) -> Claim | None:
+def _claim(claimant: Claimant, conn: Connection, task: TaskRow, now: str) -> Claim | None:
     """Claim (or reclaim) one claimable task in the caller's transaction."""
     reclaimed_from = task.worker_id if task.status == TaskStatus.RUNNING else None
+    run: TaskChanges = {
+        **FRESH_RUN,
+        "worker_id": claimant.options.worker_id,
+        "attempt": task.attempt + 1,
+        "lease_expires_at": claimant.lease_from(now),
+    }
     claimed = move_task(
         conn,
         task,
@@ -143,17 +156,14 @@ def _claim(claimant: Claimant, conn: Connection, task: Row, now: str) -> Claim |
         actor=claimant.kb.actor.name,
         action="reclaim" if reclaimed_from else "claim",
         # A reclaim takes over exactly the lost claim it read, never a newer one.
-        fence=(task.worker_id, task.attempt) if reclaimed_from else None,
+        fence=(reclaimed_from, task.attempt) if reclaimed_from else None,
         detail=claimant.audit_detail(
             f"lease of {reclaimed_from} expired at {task.lease_expires_at}"
             if reclaimed_from
             else None
         ),
-        worker_id=claimant.options.worker_id,
-        attempt=task.attempt + 1,
-        lease_expires_at=claimant.lease_from(now),
         updated_at=now,
-        **FRESH_RUN,
+        **run,
     )
     if claimed is None:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
         return None
@@ -162,7 +172,9 @@ def _claim(claimant: Claimant, conn: Connection, task: Row, now: str) -> Claim |
     return Claim(claimant, claimed, document, reclaimed_from)
 
 
-def _fail_lost_worker(claimant: Claimant, conn: Connection, task: Row) -> tuple[str, str] | None:
+def _fail_lost_worker(
+    claimant: Claimant, conn: Connection, task: TaskRow
+) -> tuple[str, str] | None:
     detail = (
         f"WorkerLost: worker {task.worker_id} stopped heartbeating; "
         f"{task.attempt} of {claimant.options.max_attempts} attempts used"
@@ -174,7 +186,8 @@ def _fail_lost_worker(claimant: Claimant, conn: Connection, task: Row) -> tuple[
         actor=claimant.kb.actor.name,
         action="fail",
         detail=claimant.audit_detail(detail),
-        fence=(task.worker_id, task.attempt),
+        # A running task always names its worker; "" would match no claim.
+        fence=(task.worker_id or "", task.attempt),
         error_code=ErrorCode.WORKER_LOST,
         error_detail=detail,
         lease_expires_at=None,
@@ -196,7 +209,11 @@ class Claim:
     the next claim of the task does, or `doctor --repair`)."""
 
     def __init__(
-        self, claimant: Claimant, task: Row, document: Row | None, reclaimed_from: str | None
+        self,
+        claimant: Claimant,
+        task: TaskRow,
+        document: DocumentRow | None,
+        reclaimed_from: str | None,
     ) -> None:
         self.claimant = claimant
         self.kb = claimant.kb
@@ -208,7 +225,7 @@ class Claim:
         # attempt releases its task at the next checkpoint and the worker stops.
         self.disabled = threading.Event()
         self._giving_up = False  # releasing: the last writes check no user
-        self.final_row: Row | None = None  # the task row this attempt's last write left
+        self.final_row: TaskRow | None = None  # the task row this attempt's last write left
         self.position: tuple[Stage, int, int] = (Stage.DOWNLOAD, 0, 0)
         options = claimant.options
         # A stage delay exists so that others can watch: then every step is written.
@@ -221,7 +238,9 @@ class Claim:
 
     @property
     def fence(self) -> tuple[str, int]:
-        return self.task.worker_id, self.task.attempt
+        """The claim every write of this attempt is conditioned on (the claimed row names
+        this worker)."""
+        return self.claimant.options.worker_id, self.task.attempt
 
     def _retrying(self, step: Callable[[], T]) -> T:
         return retrying(step, self.claimant.stop)
@@ -341,7 +360,7 @@ class Claim:
 
         self._retrying(write)
 
-    def _document_of_this_revision(self) -> Row | None:
+    def _document_of_this_revision(self) -> DocumentRow | None:
         """The claimed document while its file is still the task's revision's."""
         document = self.document
         return (
@@ -373,11 +392,11 @@ class Claim:
 
     # --- endings ---------------------------------------------------------------------
 
-    def complete(self, rows: list[dict[str, Any]]) -> Row:
+    def complete(self, rows: list[dict[str, Any]]) -> TaskRow:
         """The last batch of chunks, task and document in one short transaction that
         makes all the chunks the task's result; the claim is checked in it."""
 
-        def write() -> Row:
+        def write() -> TaskRow:
             task = self.task
             with self.kb.db.write() as conn:
                 self._check_actor(conn)
@@ -400,14 +419,14 @@ class Claim:
         self.final_row = self._retrying(write)
         return self.final_row
 
-    def fail(self, code: ErrorCode, detail: str) -> Row | None:
+    def fail(self, code: ErrorCode, detail: str) -> TaskRow | None:
         """Fail the task, or park it in retry_wait when the cause may pass by itself;
         None when the claim was lost meanwhile."""
         self._purge_quietly()
         self.final_row = self._retrying(lambda: self._fail_once(code, detail))
         return self.final_row
 
-    def _fail_once(self, code: ErrorCode, detail: str) -> Row | None:
+    def _fail_once(self, code: ErrorCode, detail: str) -> TaskRow | None:
         options = self.claimant.options
         policy = RetryPolicy(options.max_attempts, options.backoff_seconds)
         retry_at = policy.decide(
@@ -415,7 +434,6 @@ class Claim:
         )
         # Progress writes are throttled: record the stage the failure happened in.
         stage, done, total = self.position
-        where = {"stage": stage, "completed": done, "total": total}
         with self.kb.db.write() as conn:
             self._check_actor(conn)
             if retry_at is not None:
@@ -428,7 +446,9 @@ class Claim:
                     error_code=code,
                     error_detail=detail,
                     retry_at=stamp,
-                    **where,
+                    stage=stage,
+                    completed=done,
+                    total=total,
                 )
             else:
                 moved = self._end(
@@ -438,7 +458,9 @@ class Claim:
                     detail=f"{code}: {detail}",
                     error_code=code,
                     error_detail=detail,
-                    **where,
+                    stage=stage,
+                    completed=done,
+                    total=total,
                 )
                 if moved:
                     self.claimant.move_document(conn, self.task, DocStatus.FAILED, "fail")
@@ -446,7 +468,7 @@ class Claim:
                 queries.delete_task_chunks(conn, self.task.id)  # what the purge left, if any
         return moved
 
-    def release(self, reason: str = "stopped by a signal") -> Row | None:
+    def release(self, reason: str = "stopped by a signal") -> TaskRow | None:
         """Graceful stop: back to queued (attempt kept), with no chunks left behind;
         None when the claim was lost meanwhile. Also how a disabled user's worker gives
         its task up: these writes check no user."""
@@ -471,9 +493,15 @@ class Claim:
             self.purge_chunks()
 
     def _end(
-        self, conn: Connection, to: TaskStatus, action: str, detail: str | None = None, **values
-    ) -> Row | None:
+        self,
+        conn: Connection,
+        to: TaskStatus,
+        action: str,
+        detail: str | None = None,
+        **values: Unpack[TaskChanges],
+    ) -> TaskRow | None:
         """Move this attempt's task on from its own running claim, lease over."""
+        changes: TaskChanges = {**values, "lease_expires_at": None}
         return move_task(
             conn,
             self.task,
@@ -482,7 +510,6 @@ class Claim:
             action=action,
             detail=self.claimant.audit_detail(detail),
             fence=self.fence,
-            lease_expires_at=None,
             updated_at=self.claimant.now(),
-            **values,
+            **changes,
         )

@@ -33,7 +33,7 @@ from kb_cli.errors import (
     WorkerInterrupt,
 )
 from kb_cli.lifecycle import ErrorCode, Stage
-from kb_cli.records import Row
+from kb_cli.records import DocumentRow
 from kb_cli.textsearch import count_words, index_terms
 
 DETAIL_LIMIT = 500
@@ -103,7 +103,7 @@ class Pipeline:
         self.model: str | None = None  # of the vectors this attempt made
         self.dim: int | None = None
 
-    def run(self, document: Row | None, document_id: str) -> list[dict[str, Any]]:
+    def run(self, document: DocumentRow | None, document_id: str) -> list[dict[str, Any]]:
         if document is None:
             raise TaskFailure(
                 ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
@@ -131,7 +131,7 @@ class Pipeline:
         self.reporter.report(stage, done, total)
 
     @contextlib.contextmanager
-    def download(self, document: Row) -> Iterator[Path]:
+    def download(self, document: DocumentRow) -> Iterator[Path]:
         """Stream the stored object and check it against the checksum taken at upload;
         the file the parser reads: the object itself when the store is a directory, else
         a private copy written while streaming, removed after the parse."""
@@ -149,7 +149,7 @@ class Pipeline:
                 raise _read_failure(error) from error
             yield copy
 
-    def _fetch(self, document: Row, out: BinaryIO | None) -> None:
+    def _fetch(self, document: DocumentRow, out: BinaryIO | None) -> None:
         total = document.size_bytes
         self.report(Stage.DOWNLOAD, 0, total)
         digest = hashlib.sha256()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +15,7 @@ from kb_cli.lifecycle import (
     ErrorCode,
     is_legal_document_transition,
 )
-from kb_cli.transitions import move_document
+from kb_cli.transitions import move_document_from
 from kb_cli.worker import RetryPolicy
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -51,10 +50,17 @@ def test_document_moves_outside_the_table_are_illegal(old, new):
 
 
 def test_move_document_refuses_an_illegal_move_before_any_write():
-    document = SimpleNamespace(id="d1", status=DocStatus.DRAFT)
     no_connection = None  # the refusal comes before the first statement
     with pytest.raises(InternalError, match="illegal document transition draft -> published"):
-        move_document(no_connection, document, DocStatus.PUBLISHED, actor="t", action="publish")
+        move_document_from(
+            no_connection,
+            "d1",
+            DocStatus.DRAFT,
+            DocStatus.PUBLISHED,
+            actor="t",
+            action="publish",
+            updated_at="2026-01-01T00:00:00.000000Z",
+        )
 
 
 def test_every_document_status_can_be_reached_and_left_but_deleting():
