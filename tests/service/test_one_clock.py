@@ -75,7 +75,7 @@ def lifecycle(kb, tmp_path: Path, monkeypatch) -> None:
     review.unpublish_document(kb, a)
     docs.publish_document(kb, a)
     bases.move_document(kb, a, "engineering")
-    tasks.retry_task(kb, empty)
+    tasks.retry_task(kb, empty, "documents")
     [cancelled] = docs.upload_files(kb, [paths[1]], submit=True)
     tasks.cancel_task(kb, cancelled.task_id)
     removal.delete(kb, removal.plan(kb, [b]))
