@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kb_cli import engines
 from kb_cli.errors import (
@@ -24,10 +25,13 @@ from kb_cli.errors import (
     InternalError,
     KbError,
     SchemaError,
+    StopRequested,
     StorageUnavailable,
     UsageError,
 )
 from kb_cli.records import Row
+
+T = TypeVar("T")
 
 
 def utcnow() -> str:
@@ -44,6 +48,31 @@ def parse_stamp(stamp: str) -> datetime:
 
 
 BUSY_MESSAGE = "the database stayed locked past the busy timeout; safe to run again"
+FIRST_RECONNECT_SECONDS = 0.1
+RECONNECT_CAP_SECONDS = 2.0
+
+
+def outlasting_outages(step: Callable[[], T], stop: threading.Event, bound_seconds: float) -> T:
+    """What `step` (its own transactions, safe to run again) returns, run again while
+    the database server cannot be reached: a restart, a failover, a short outage. The
+    pauses grow from 0.1 s to 2 s; after `bound_seconds` of failing (KB_RECONNECT_SECONDS)
+    its DatabaseUnavailable goes to the caller, saying so. A stop request ends the
+    waiting with StopRequested."""
+    started = time.monotonic()
+    delay = FIRST_RECONNECT_SECONDS
+    while True:
+        try:
+            return step()
+        except DatabaseUnavailable as error:
+            left = bound_seconds - (time.monotonic() - started)
+            if left <= 0:
+                raise DatabaseUnavailable(
+                    f"{error.message} (still unreachable after {bound_seconds:g} s of "
+                    "reconnecting; KB_RECONNECT_SECONDS sets how long)"
+                ) from error
+            if stop.wait(min(delay, left)):
+                raise StopRequested() from error
+            delay = min(delay * 2, RECONNECT_CAP_SECONDS)
 
 
 class Result:

@@ -103,6 +103,13 @@ class ForbiddenError(KbError):
     code = "forbidden"
 
 
+class CallerRevoked(ForbiddenError):
+    """A long-running command's caller was disabled, or its token replaced, since the
+    command started: it stops at its next wake-up, the refusal recorded."""
+
+    is_refusal = True
+
+
 class InvalidInputError(KbError):
     """Unsupported, unreadable or oversized input."""
 

@@ -331,6 +331,13 @@ def user_is_disabled(conn: Connection, name: str) -> bool:
     return row is None or row.disabled_at is not None
 
 
+def caller_state(conn: Connection, name: str) -> Row | None:
+    """(disabled_at, token_id) of the user a running command authenticated as: one
+    lookup by primary key, made on each of its wake-ups."""
+    sql = f"SELECT disabled_at, token_id FROM {USERS} WHERE name = :name"
+    return conn.execute(sql, {"name": name}).first()
+
+
 def active_admins(conn: Connection) -> list[str]:
     """The names of the admins not disabled, their rows locked until commit on
     PostgreSQL (SQLite: BEGIN IMMEDIATE), so two admins disabling each other at once

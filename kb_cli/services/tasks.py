@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Protocol
 
 from kb_cli import queries
-from kb_cli.app import Kb, resolve_id, resolve_task_id
-from kb_cli.db import Connection, format_stamp, utcnow
+from kb_cli.app import Kb, require_caller, resolve_id, resolve_task_id
+from kb_cli.db import Connection, format_stamp, outlasting_outages, utcnow
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
     CANCELLABLE,
@@ -55,7 +56,8 @@ class WaitWatcher(Protocol):
 def wait_for_task(
     kb: Kb, ref: str, timeout: float | None = None, watcher: WaitWatcher | None = None
 ) -> TaskRecord:
-    """Poll the database until the task (or the document's latest task) ends."""
+    """Poll the database until the task (or the document's latest task) ends. Each
+    look checks the caller again, and a lost database server is reconnected to."""
     with kb.db.read() as conn:
         task_id = _task_id_for(conn, kb.scope, ref)
         task = TaskRecord.from_row(queries.existing_task(conn, task_id))
@@ -65,11 +67,17 @@ def wait_for_task(
         watcher.started(task, name, size)
     deadline = None if timeout is None else time.monotonic() + timeout
     queue = _QueueReader(kb)
-    while True:
+
+    def look() -> tuple[TaskRecord, QueuePlace | None]:
         with kb.db.read() as conn:
+            require_caller(conn, kb.actor)
             row = queries.existing_task(conn, task_id)
             place = queue.place(conn, row) if watcher is not None else None
-        record = TaskRecord.from_row(row)
+        return TaskRecord.from_row(row), place
+
+    unstoppable = threading.Event()  # Ctrl-C ends a wait as any command: interrupted
+    while True:
+        record, place = outlasting_outages(look, unstoppable, kb.settings.reconnect_seconds)
         if watcher is not None:
             watcher(record, place)
         if record.status in TERMINAL_TASK_STATUSES:
