@@ -47,6 +47,7 @@ STRIPPED = (
     "KB_VECTOR_FLOOR",
     "KB_POLL_SECONDS",
     "KB_WAKE",
+    "KB_RECONNECT_SECONDS",
     "KB_RELAY_SECRET",
     # An S3 store's place and keys: a test never reaches a real bucket by accident.
     "AWS_ENDPOINT_URL",
