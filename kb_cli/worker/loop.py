@@ -18,6 +18,7 @@ from kb_cli.engines import TASKS_CHANNEL, Watch
 from kb_cli.errors import (
     ActorDisabled,
     ClaimLost,
+    ClaimStranded,
     DatabaseUnavailable,
     StopRequested,
     StorageUnavailable,
@@ -51,6 +52,7 @@ class WorkerListener(Protocol):
     def released(self, task_id: str) -> None: ...
     def lost(self, task_id: str) -> None: ...
     def gave_up(self, task_id: str, reason: str) -> None: ...
+    def stranded(self, task_id: str, reason: str) -> None: ...
 
 
 class SilentListener:
@@ -76,6 +78,9 @@ class SilentListener:
         pass
 
     def gave_up(self, task_id: str, reason: str) -> None:
+        pass
+
+    def stranded(self, task_id: str, reason: str) -> None:
         pass
 
 
@@ -107,7 +112,15 @@ class Worker:
                 return
             done = 0
             while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
-                result = self.run_once()
+                try:
+                    result = self.run_once()
+                except ClaimStranded as stranded:
+                    if not loop:
+                        raise
+                    # A looping worker outlives the server's restart: it waits for the
+                    # server (idle), then takes the task over itself once its lease ends.
+                    self.listener.stranded(stranded.task_id, stranded.message)
+                    continue
                 if result.claimed:
                     done += 1
                     yield result
@@ -231,9 +244,10 @@ class Worker:
         except DatabaseUnavailable as error:
             # Not the task's fault, and nothing can be written now: leave the claim to
             # expire, so that another worker (or this one, restarted) takes it over.
-            raise DatabaseUnavailable(
+            raise ClaimStranded(
                 f"{error.message}; task {task_id} stays claimed until its lease "
-                "expires, then another worker takes it over"
+                "expires, then another worker takes it over",
+                task_id,
             ) from error
         except Exception as error:  # a bug or an unforeseen input: fail, do not hang
             self._told(task_id, claim.fail(ErrorCode.INTERNAL_ERROR, describe_error(error)))

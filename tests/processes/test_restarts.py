@@ -135,3 +135,40 @@ def test_a_short_outage_is_ridden_out_and_a_long_one_ends_with_exit_1(tmp_path):
     assert follow.returncode == 1, error
     assert 5 <= waited < 15, waited
     assert "still unreachable after 5 s" in error and "KB_RECONNECT_SECONDS" in error
+
+
+def test_a_looping_worker_interrupted_mid_task_takes_its_task_over_after_an_outage(tmp_path):
+    """The server away in the middle of a task: the worker's next write fails, so the
+    task stays claimed; `--loop` goes on, waits for the server, and once the lease has
+    run out claims the task again (attempt 2) and completes it. (A restart between two
+    writes goes unnoticed: the next write connects anew.)"""
+    with own_postgres() as server:
+        env = kb_env(DATABASE_URL=server.url)
+        path = tmp_path / "long.txt"
+        path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(10)))
+        result = run_kb("upload", str(path), "--submit", "--json", env=env)
+        task_id = result.record["task_id"]
+        args = ("work", "--loop", "--stage-delay", "0.5", "--lease-seconds", "3", "--json")
+        work = start_kb(*args, env=env)
+
+        def status() -> dict:
+            return run_kb("status", task_id, "--json", env=env).record
+
+        try:
+            wait_until(lambda: status()["status"] == "running", timeout=60)
+            server.control("halt")
+            time.sleep(2.0)  # the worker writes progress every 0.5 s
+            server.control("resume")
+            done = wait_until(
+                lambda: (record := status())["status"] == "succeeded" and record, timeout=90
+            )
+            assert work.poll() is None
+            work.send_signal(signal.SIGTERM)
+            ended = finish(work, timeout=30)
+        finally:
+            if work.poll() is None:
+                work.kill()
+                work.communicate()
+    assert ended.code == 0, ended.stderr
+    assert done["attempt"] == 2
+    assert f"interrupted task={task_id}" in ended.stderr
