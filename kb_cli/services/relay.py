@@ -32,11 +32,12 @@ from kb_cli.errors import StopRequested, UsageError
 from kb_cli.provider_http import check_url
 from kb_cli.records import EventRecord
 
+T = TypeVar("T")
+
 SIGNATURE_HEADER = "X-Kb-Signature"  # "sha256=" + hex HMAC-SHA256(secret, body)
 EVENT_ID_HEADER = "X-Kb-Event-Id"
 BATCH = 200
 IDLE_POLL_SECONDS = 5.0
-T = TypeVar("T")
 FIRST_BACKOFF_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 60.0
 # Of an answer, the relay reads the status and at most this much of the body (the
