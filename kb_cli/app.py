@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import getpass
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from kb_cli.config import Settings
 from kb_cli.db import Connection, Database, format_stamp
 from kb_cli.embeddings import Embedder, make_embedder
 from kb_cli.errors import (
+    CallerRevoked,
     IdTooLong,
     InvalidInputError,
     NoKnowledgeBaseYet,
@@ -74,6 +76,24 @@ class Kb:
     def timestamp(self) -> str:
         """Now by this context's clock, as a stamp: the time of everything it writes."""
         return format_stamp(self.clock.now())
+
+
+def require_caller(conn: Connection, actor: Actor) -> None:
+    """CallerRevoked when the user a long-running command authenticated as may not go
+    on: disabled, or its token replaced (`kb user token`), since the command started.
+    Checked on every wake-up, by one lookup by primary key; the messages are the
+    guard's own (services.access). Open mode (no role) has nothing to check."""
+    if actor.role is None:
+        return
+    user = queries.caller_state(conn, actor.name)
+    token_id = os.environ.get("KB_TOKEN", "").split("_")[1:2]
+    if user is None or [user.token_id] != token_id:
+        raise CallerRevoked("forbidden: KB_TOKEN is not a valid token")
+    if user.disabled_at is not None:
+        raise CallerRevoked(
+            f"forbidden: user {actor.name} is disabled "
+            f"(an admin can run: kb user enable {actor.name})"
+        )
 
 
 def _prepare_sqlite_home(settings: Settings, create: bool) -> None:

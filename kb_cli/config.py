@@ -21,6 +21,9 @@ DEFAULT_VECTOR_FLOOR = 0.2
 # Chunks per write transaction of a worker: the lock is held for milliseconds at any
 # document size, while a small document still costs a single transaction.
 DEFAULT_CHUNK_BATCH = 500
+# How long a long-running command (`work --loop`, `events --follow`, `relay`, `status
+# --wait`) keeps reconnecting to a database server it lost before it gives up (exit 1).
+DEFAULT_RECONNECT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Settings:
     # Whether waiting processes (an idle `kb work --loop`, `kb events --follow`, `kb
     # relay`) are woken by commits; KB_WAKE=poll makes them poll only.
     wake: bool = True
+    reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ def resolve_settings(
         rerank=_rerank_settings(),
         vector_weight=_optional_number("KB_VECTOR_WEIGHT"),
         wake=_wake(),
+        reconnect_seconds=_env_number("KB_RECONNECT_SECONDS", DEFAULT_RECONNECT_SECONDS),
     )
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from kb_cli import engines
 from kb_cli.errors import (
@@ -25,9 +25,12 @@ from kb_cli.errors import (
     InternalError,
     KbError,
     SchemaError,
+    StopRequested,
     StorageUnavailable,
     UsageError,
 )
+
+T = TypeVar("T")
 
 
 def format_stamp(moment: datetime) -> str:
@@ -42,6 +45,31 @@ def parse_stamp(stamp: str) -> datetime:
 
 
 BUSY_MESSAGE = "the database stayed locked past the busy timeout; safe to run again"
+FIRST_RECONNECT_SECONDS = 0.1
+RECONNECT_CAP_SECONDS = 2.0
+
+
+def outlasting_outages(step: Callable[[], T], stop: threading.Event, bound_seconds: float) -> T:
+    """What `step` (its own transactions, safe to run again) returns, run again while
+    the database server cannot be reached: a restart, a failover, a short outage. The
+    pauses grow from 0.1 s to 2 s; after `bound_seconds` of failing (KB_RECONNECT_SECONDS)
+    its DatabaseUnavailable goes to the caller, saying so. A stop request ends the
+    waiting with StopRequested."""
+    started = time.monotonic()
+    delay = FIRST_RECONNECT_SECONDS
+    while True:
+        try:
+            return step()
+        except DatabaseUnavailable as error:
+            left = bound_seconds - (time.monotonic() - started)
+            if left <= 0:
+                raise DatabaseUnavailable(
+                    f"{error.message} (still unreachable after {bound_seconds:g} s of "
+                    "reconnecting; KB_RECONNECT_SECONDS sets how long)"
+                ) from error
+            if stop.wait(min(delay, left)):
+                raise StopRequested() from error
+            delay = min(delay * 2, RECONNECT_CAP_SECONDS)
 
 
 RawRow = tuple[Any, ...]

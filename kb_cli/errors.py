@@ -33,6 +33,15 @@ class DatabaseUnavailable(InternalError):
     """The database server cannot be reached, or the connection to it was lost."""
 
 
+class ClaimStranded(DatabaseUnavailable):
+    """The database server was lost in the middle of a task: nothing more can be
+    written, and the task stays claimed until its lease runs out."""
+
+    def __init__(self, message: str, task_id: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
 class SchemaError(KbError):
     """The database schema does not match this version of kb."""
 
@@ -101,6 +110,13 @@ class ForbiddenError(KbError):
 
     exit_code = 5
     code = "forbidden"
+
+
+class CallerRevoked(ForbiddenError):
+    """A long-running command's caller was disabled, or its token replaced, since the
+    command started: it stops at its next wake-up, the refusal recorded."""
+
+    is_refusal = True
 
 
 class InvalidInputError(KbError):

@@ -108,14 +108,64 @@ def _reason(error: urllib.error.HTTPError, api_key: str | None) -> str:
 
 
 def check_url(url: str, variable: str) -> str:
-    """`url` when it is an http(s) URL with a host; else a usage error naming `variable`."""
+    """`url` when http.client can send a request to it: http(s), a host whose name
+    (or address) it can encode, a port from 1 to 65535, no space, control or non-ASCII
+    character in the path or query. Else a usage error naming `variable` and what to
+    fix, found before any request: such a URL would fail on every attempt."""
+    problem = url_problem(url)
+    if problem:
+        raise UsageError(f"{variable} {problem}")
+    return url
+
+
+_UNSENDABLE = re.compile(r"[\x00-\x20\x7f]")
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with `url` as an http(s) URL to post to, or None."""
+    example = "must be an http:// or https:// URL, e.g. http://127.0.0.1:8080/path"
     try:
         parts = urllib.parse.urlsplit(url)
-        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and " " not in url
-    except ValueError:
-        valid = False
-    if not valid:
-        raise UsageError(
-            f"{variable} must be an http:// or https:// URL, e.g. http://127.0.0.1:8080"
+        port = parts.port
+    except ValueError:  # an unclosed [IPv6 address, a port that is no number
+        return f"{example} (its host or port cannot be read)"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return example
+    if port == 0:
+        return "has port 0: give a port from 1 to 65535"
+    if _UNSENDABLE.search(url) or (not url.isascii() and not _only_host_is_unicode(parts)):
+        return (
+            "must not contain spaces, control or non-ASCII characters in its path or "
+            "query: percent-encode them (a space is %20)"
         )
-    return url
+    if not _encodable_host(parts.hostname):
+        return (
+            "has a host name that is not valid: labels of 1 to 63 letters, digits or "
+            "hyphens, separated by single dots"
+        )
+    return None
+
+
+def _only_host_is_unicode(parts: urllib.parse.SplitResult) -> bool:
+    """An internationalised host name is fine (it is sent IDNA-encoded); any other
+    non-ASCII character is not."""
+    rest = parts._replace(netloc=parts.netloc.replace(parts.hostname or "", ""))
+    return urllib.parse.urlunsplit(rest).isascii()
+
+
+def _encodable_host(host: str) -> bool:
+    """Whether a connection can be opened to `host` by name or address: the check the
+    socket layer would make at the first attempt (IDNA, labels of 1 to 63 characters)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        encoded = host.encode("idna")
+    except UnicodeError:
+        return False
+    labels = encoded.removesuffix(b".").split(b".")  # a trailing dot: fully qualified
+    return len(encoded) <= 254 and all(0 < len(label) <= 63 for label in labels)

@@ -450,6 +450,19 @@ def user_is_disabled(conn: Connection, name: str) -> bool:
     return row is None or row[0] is not None
 
 
+class CallerState(NamedTuple):
+    disabled_at: str | None
+    token_id: str
+
+
+def caller_state(conn: Connection, name: str) -> CallerState | None:
+    """(disabled_at, token_id) of the user a running command authenticated as: one
+    lookup by primary key, made on each of its wake-ups."""
+    sql = f"SELECT disabled_at, token_id FROM {USERS} WHERE name = :name"
+    row = conn.execute(sql, {"name": name}).first()
+    return None if row is None else CallerState._make(row)
+
+
 def active_admins(conn: Connection) -> list[str]:
     """The names of the admins not disabled, their rows locked until commit on
     PostgreSQL (SQLite: BEGIN IMMEDIATE), so two admins disabling each other at once

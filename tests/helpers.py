@@ -47,6 +47,7 @@ STRIPPED = (
     "KB_VECTOR_FLOOR",
     "KB_POLL_SECONDS",
     "KB_WAKE",
+    "KB_RECONNECT_SECONDS",
     "KB_RELAY_SECRET",
     # An S3 store's place and keys: a test never reaches a real bucket by accident.
     "AWS_ENDPOINT_URL",
@@ -98,6 +99,39 @@ def postgres_database() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         admin.dispose()
+
+
+class OwnPostgres:
+    """A PostgreSQL server of the test's own (.ci/postgres.sh), to restart or stop
+    under running `kb` processes without disturbing any other test's server."""
+
+    def __init__(self, directory: str, url: str) -> None:
+        self.directory = directory
+        self.url = url
+
+    def control(self, action: str) -> None:
+        """restart, halt (a fast shutdown) or resume: pg_ctl, as the CI script runs it."""
+        script = str(REPO / ".ci" / "postgres.sh")
+        subprocess.run(["bash", script, action, self.directory], check=True, timeout=60)
+
+
+@contextlib.contextmanager
+def own_postgres() -> Iterator[OwnPostgres]:
+    """A throwaway server for the block (a few seconds to start); its `postgres`
+    database is the test's."""
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="kb-own-pg-")  # not under tmp_path: the server's
+    script = str(REPO / ".ci" / "postgres.sh")  # user must reach it
+    started = subprocess.run(
+        ["bash", script, "start", directory], check=True, capture_output=True, text=True
+    )
+    url = started.stdout.strip().partition("=")[2]
+    try:
+        yield OwnPostgres(directory, url)
+    finally:
+        subprocess.run(["bash", script, "stop", directory], timeout=60)
+        subprocess.run(["rm", "-rf", directory])
 
 
 def wait_until(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import BaseOption, JsonFlag, open_kb, open_to_read
+from kb_cli.cli.shared import BaseOption, JsonFlag, finite_number, open_kb, open_to_read
 from kb_cli.permissions import READERS, Rule, Target
 from kb_cli.ranking import SearchMode
 
@@ -92,6 +92,7 @@ def eval_command(
             metavar="X",
             min=0,
             max=1,
+            callback=finite_number,
             help="Exit 4 when hit@K is below X (a rate from 0 to 1).",
         ),
     ] = None,

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import BaseOption, JsonFlag, open_kb, open_to_read
+from kb_cli.cli.shared import BaseOption, JsonFlag, finite_number, open_kb, open_to_read
 from kb_cli.permissions import READERS, WORKERS, Rule, Target
 
 EVENTS = Rule("events", READERS, Target.BASE)
@@ -91,7 +91,9 @@ def relay(
             "--timeout",
             metavar="SECONDS",
             min=0.1,
-            help="How long to wait for the receiver's answer before retrying.",
+            callback=finite_number,
+            help="The longest one delivery (connect, send, answer) may take; past it the "
+            "attempt failed, and is retried.",
         ),
     ] = 10.0,
     json_out: JsonFlag = False,

@@ -137,6 +137,26 @@ def open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | N
         return None
 
 
+# The longest time any option may give (11.6 days): longer is a typo, and would
+# overflow the waits (threading, sockets) it is handed to.
+MAX_SECONDS = 1_000_000.0
+
+
+def finite_number(ctx: typer.Context, param: typer.CallbackParam, value: float | None):
+    """The one check of every float option (after its own range): a finite number of
+    at most MAX_SECONDS. `nan` passes any range check, and `inf` or 1e308 seconds
+    would make a wait that never ends or cannot be set up."""
+    import math
+
+    if value is not None and not (math.isfinite(value) and abs(value) <= MAX_SECONDS):
+        raise typer.BadParameter(
+            f"{value!r} is not a usable number: give a finite number of at most {MAX_SECONDS:.0f}",
+            ctx=ctx,
+            param=param,
+        )
+    return value
+
+
 BaseOption = Annotated[
     str | None,
     typer.Option("--base", metavar="NAME", help="Only this knowledge base.", show_default=False),

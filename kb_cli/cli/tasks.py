@@ -10,7 +10,14 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import JsonFlag, open_granted, open_kb, open_to_read, print_with_filenames
+from kb_cli.cli.shared import (
+    JsonFlag,
+    finite_number,
+    open_granted,
+    open_kb,
+    open_to_read,
+    print_with_filenames,
+)
 from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import UsageError, WaitTimeout
 from kb_cli.lifecycle import DocStatus, ErrorCode
@@ -52,6 +59,7 @@ def status(
             "--timeout",
             metavar="SECONDS",
             min=0,
+            callback=finite_number,
             help="With --wait: give up after this many seconds (exit 7).",
         ),
     ] = None,
@@ -248,6 +256,7 @@ def work(
             "--stage-delay",
             metavar="SECONDS",
             min=0,
+            callback=finite_number,
             help="Pause this long after each progress step, to watch, cancel or race a task.",
         ),
     ] = WORKER_DEFAULTS.stage_delay,
@@ -257,6 +266,7 @@ def work(
             "--lease-seconds",
             metavar="SECONDS",
             min=0.5,
+            callback=finite_number,
             help="How long a claim stays valid without a heartbeat; the worker renews it.",
         ),
     ] = WORKER_DEFAULTS.lease_seconds,
@@ -276,6 +286,7 @@ def work(
             "--backoff-seconds",
             metavar="SECONDS",
             min=0,
+            callback=finite_number,
             envvar="KB_BACKOFF_SECONDS",
             help="The base of the exponential delay before retrying after a transient error.",
         ),
@@ -286,6 +297,7 @@ def work(
             "--poll-seconds",
             metavar="SECONDS",
             min=0.05,
+            callback=finite_number,
             envvar="KB_POLL_SECONDS",
             help="With --loop: the longest an idle worker waits before looking again, "
             "should a wake-up be lost.",

@@ -87,6 +87,9 @@ class PlainWorkerLog:
     def gave_up(self, task_id: str, reason: str) -> None:
         log(f"failed task={task_id} error=worker_lost detail={json.dumps(reason)}")
 
+    def stranded(self, task_id: str, reason: str) -> None:
+        log(f"interrupted task={task_id} worker={self.worker_id}: {reason}")
+
     def close(self) -> None:
         pass
 
@@ -196,6 +199,9 @@ class LiveWorkerDisplay(PlainWorkerLog):
 
     def gave_up(self, task_id: str, reason: str) -> None:
         self.console.print(f"[red]worker_lost[/red] task {short(task_id)}: {cell(reason)}")
+
+    def stranded(self, task_id: str, reason: str) -> None:
+        self._end(f"[yellow]interrupted[/yellow] task {short(task_id)}: {cell(reason)}")
 
     def close(self) -> None:
         self._stop_idle()

@@ -8,8 +8,10 @@ import time
 from collections.abc import Iterator
 
 from kb_cli import queries
-from kb_cli.app import Kb, require_base
+from kb_cli.app import Kb, require_base, require_caller
+from kb_cli.db import outlasting_outages
 from kb_cli.engines import EVENTS_CHANNEL
+from kb_cli.errors import StopRequested
 from kb_cli.records import EventRecord, EventRow
 
 PAGE = 500
@@ -26,18 +28,22 @@ GAP_POLL_SECONDS = 0.5
 class EventCursor:
     """Where a reader is: the newest id read, and the ids below it not seen yet."""
 
-    def __init__(self, after: int, kb: Kb, base: str | None) -> None:
+    def __init__(self, after: int, kb: Kb, base: str | None, following: bool = False) -> None:
         if base is not None:
             with kb.db.read() as conn:
                 require_base(conn, kb.scope, base)
         self.after = after
+        self.following = following  # long-running: each read checks the caller again
         self.gaps: dict[int, float] = {}  # id -> when to stop looking for it
 
     def read(self, kb: Kb, base: str | None) -> list[EventRecord]:
-        """The next events the caller may read, oldest first (at most a page)."""
+        """The next events the caller may read, oldest first (at most a page); when
+        following, refused once the caller was disabled or its token replaced."""
         now = time.monotonic()
         self.gaps = {i: until for i, until in self.gaps.items() if until > now}
         with kb.db.read() as conn:
+            if self.following:
+                require_caller(conn, kb.actor)
             scope = kb.actor.scope(base)
             rows = queries.events_after(conn, scope, self.after, list(self.gaps), PAGE)
         return [
@@ -65,13 +71,21 @@ def list_events(kb: Kb, since: int, base: str | None) -> Iterator[EventRecord]:
 def follow_events(
     kb: Kb, since: int, base: str | None, stop: threading.Event
 ) -> Iterator[EventRecord]:
-    """As list_events, then every new event as it commits, until `stop` is set."""
-    cursor = EventCursor(since, kb, base)
+    """As list_events, then every new event as it commits, until `stop` is set. Each
+    look checks the caller again, and a lost database server is reconnected to
+    (db.outlasting_outages)."""
+    cursor = EventCursor(since, kb, base, following=True)
     watch = kb.db.watch(EVENTS_CHANNEL)
     try:
         while not stop.is_set():
             before = cursor.after
-            yield from cursor.read(kb, base)
+            try:
+                events = outlasting_outages(
+                    lambda: cursor.read(kb, base), stop, kb.settings.reconnect_seconds
+                )
+            except StopRequested:
+                return
+            yield from events
             if cursor.after == before:  # nothing new: wait for a commit
                 watch.wait(GAP_POLL_SECONDS if cursor.gaps else FOLLOW_POLL_SECONDS, stop)
     finally:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Protocol
 
 from kb_cli import queries
-from kb_cli.app import Kb
-from kb_cli.db import Connection, format_stamp
+from kb_cli.app import Kb, require_caller
+from kb_cli.db import Connection, format_stamp, outlasting_outages
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
     CANCELLABLE,
@@ -66,7 +67,8 @@ def wait_for_task(
     timeout: float | None = None,
     watcher: WaitWatcher | None = None,
 ) -> TaskRecord:
-    """Poll the database until the task (or the document's latest task) ends."""
+    """Poll the database until the task (or the document's latest task) ends. Each
+    look checks the caller again, and a lost database server is reconnected to."""
     with kb.db.read() as conn:
         task_id = _task_id_for(conn, entity_id, kind)
         task = TaskRecord.from_row(queries.existing_task(conn, task_id))
@@ -76,11 +78,17 @@ def wait_for_task(
         watcher.started(task, filename or "?", document.size_bytes if document else 0)
     deadline = None if timeout is None else time.monotonic() + timeout
     queue = _QueueReader(kb)
-    while True:
+
+    def look() -> tuple[TaskRecord, QueuePlace | None]:
         with kb.db.read() as conn:
+            require_caller(conn, kb.actor)
             row = queries.existing_task(conn, task_id)
             place = queue.place(conn, row) if watcher is not None else None
-        record = TaskRecord.from_row(row, filename)
+        return TaskRecord.from_row(row, filename), place
+
+    unstoppable = threading.Event()  # Ctrl-C ends a wait as any command: interrupted
+    while True:
+        record, place = outlasting_outages(look, unstoppable, kb.settings.reconnect_seconds)
         if watcher is not None:
             watcher(record, place)
         if record.status in TERMINAL_TASK_STATUSES:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.db import Connection
+from kb_cli.engines import EVENTS_CHANNEL, TASKS_CHANNEL
 from kb_cli.errors import ConflictError, NotFoundError, UsageError
 from kb_cli.permissions import Role
 from kb_cli.records import UserRecord, UserRow
@@ -47,7 +48,15 @@ def disable_user(kb: Kb, name: str) -> UserRecord:
         now = kb.timestamp()
         if queries.set_user_disabled(conn, name, now):
             _audit(conn, kb, "user_disable", name, ACTIVE, DISABLED, f"role {user.role}", now)
+            _wake_waiters(conn)
         return _user_record(conn, name)
+
+
+def _wake_waiters(conn: Connection) -> None:
+    """Wake the user's idle long-running commands (`work --loop`, `events --follow`,
+    `relay`): each checks its caller on waking, so it stops now, not at its next poll."""
+    queries.wake(conn, TASKS_CHANNEL)
+    queries.wake(conn, EVENTS_CHANNEL)
 
 
 def enable_user(kb: Kb, name: str) -> UserRecord:
@@ -67,6 +76,7 @@ def new_token(kb: Kb, name: str) -> NewUser:
         user = _existing_user(conn, name)
         queries.set_user_token(conn, name, token_id, salt, hashed)
         _audit(conn, kb, "user_token", name, detail="new token; the old one no longer works")
+        _wake_waiters(conn)
         teams = [row.team for row in queries.user_teams(conn, name)]
     return NewUser(name, user.role, token, teams)
 

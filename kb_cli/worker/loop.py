@@ -7,17 +7,18 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
 from kb_cli import queries
-from kb_cli.app import Kb
+from kb_cli.app import Kb, require_caller
 from kb_cli.config import WorkerOptions
-from kb_cli.db import format_stamp, parse_stamp
+from kb_cli.db import format_stamp, outlasting_outages, parse_stamp
 from kb_cli.engines import TASKS_CHANNEL, Watch
 from kb_cli.errors import (
     ActorDisabled,
     ClaimLost,
+    ClaimStranded,
     DatabaseUnavailable,
     StopRequested,
     StorageUnavailable,
@@ -33,6 +34,7 @@ from kb_cli.worker.pipeline import Pipeline, describe_error, error_detail
 # A due time that has just passed is not claimable in the same microsecond (leases
 # expire strictly after their stamp): look again a moment later, not in a tight loop.
 MIN_WAIT_SECONDS = 0.01
+T = TypeVar("T")
 
 
 def default_worker_id() -> str:
@@ -50,6 +52,7 @@ class WorkerListener(Protocol):
     def released(self, task_id: str) -> None: ...
     def lost(self, task_id: str) -> None: ...
     def gave_up(self, task_id: str, reason: str) -> None: ...
+    def stranded(self, task_id: str, reason: str) -> None: ...
 
 
 class SilentListener:
@@ -75,6 +78,9 @@ class SilentListener:
         pass
 
     def gave_up(self, task_id: str, reason: str) -> None:
+        pass
+
+    def stranded(self, task_id: str, reason: str) -> None:
         pass
 
 
@@ -107,7 +113,15 @@ class Worker:
                 return
             done = 0
             while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
-                result = self.run_once()
+                try:
+                    result = self.run_once()
+                except ClaimStranded as stranded:
+                    if not loop:
+                        raise
+                    # A looping worker outlives the server's restart: it waits for the
+                    # server (idle), then takes the task over itself once its lease ends.
+                    self.listener.stranded(stranded.task_id, stranded.message)
+                    continue
                 if result.claimed:
                     done += 1
                     yield result
@@ -125,20 +139,28 @@ class Worker:
         """Wait until a task is claimable: woken by the commit that queued it, at the
         earliest retry time or lease expiry, or (should a wake-up be lost) after the
         fallback poll; a stop ends the wait at once. Each look is one read, never a
-        claim: a commit that queued nothing costs no write lock."""
+        claim: a commit that queued nothing costs no write lock. Each look checks the
+        caller again, and a lost database server is reconnected to."""
         if self._watch is None:
             self._watch = self.kb.db.watch(TASKS_CHANNEL)
         while not self.stop.is_set():
-            seconds = self._seconds_until_due()
+            try:
+                seconds = self._outlasting(self._seconds_until_due)
+            except StopRequested:
+                return
             if seconds <= 0:
                 return
             self._watch.wait(seconds, self.stop)
+
+    def _outlasting(self, step: Callable[[], T]) -> T:
+        return outlasting_outages(step, self.stop, self.kb.settings.reconnect_seconds)
 
     def _seconds_until_due(self) -> float:
         """0 when a task is claimable now; else how long until one may become so by
         itself, at most the fallback poll."""
         now = self.kb.clock.now()
         with self.kb.db.read() as conn:
+            require_caller(conn, self.kb.actor)
             if queries.has_claimable_task(conn, format_stamp(now)):
                 return 0.0
             due = queries.next_due(conn)
@@ -156,8 +178,12 @@ class Worker:
         return WorkResult(True, worker_id, claim.task.id, self.execute(claim))
 
     def claim(self, task_id: str | None = None) -> Claim | None:
-        """Take the named or the oldest claimable task, and say so."""
-        taken = take(self.claimant, task_id)
+        """Take the named or the oldest claimable task, and say so (None also when
+        stopped while the database server was away)."""
+        try:
+            taken = self._outlasting(lambda: take(self.claimant, task_id))
+        except StopRequested:
+            return None
         for lost_task_id, reason in taken.given_up:
             self.listener.gave_up(lost_task_id, reason)
         claim = taken.claim
@@ -215,9 +241,10 @@ class Worker:
         except DatabaseUnavailable as error:
             # Not the task's fault, and nothing can be written now: leave the claim to
             # expire, so that another worker (or this one, restarted) takes it over.
-            raise DatabaseUnavailable(
+            raise ClaimStranded(
                 f"{error.message}; task {task_id} stays claimed until its lease "
-                "expires, then another worker takes it over"
+                "expires, then another worker takes it over",
+                task_id,
             ) from error
         except Exception as error:  # a bug or an unforeseen input: fail, do not hang
             self._told(task_id, claim.fail(ErrorCode.INTERNAL_ERROR, describe_error(error)))

@@ -38,6 +38,37 @@ def test_bad_configuration_is_a_usage_error(env, args):
     no_traceback(result)
 
 
+# Every float option of every command: `nan` passes a range check (every comparison
+# with it is false), and `inf` or 1e308 seconds make a wait that never ends or fails
+# later. Each is refused before anything starts: no home is created.
+FLOAT_OPTIONS = [
+    ("relay", "--webhook", "http://127.0.0.1:9/", "--timeout"),
+    ("status", "abcdef", "--wait", "--timeout"),
+    ("work", "--stage-delay"),
+    ("work", "--lease-seconds"),
+    ("work", "--backoff-seconds"),
+    ("work", "--loop", "--poll-seconds"),
+    ("eval", "questions.jsonl", "--min-hit-rate"),
+]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e308"])
+@pytest.mark.parametrize("option", FLOAT_OPTIONS, ids=lambda option: option[-1])
+def test_a_float_option_that_is_not_a_usable_number_is_a_usage_error(kb_home, option, value):
+    result = run_in_process(*option, value, "--json", env=kb_env())
+    assert result.code == 2, (result.stdout, result.stderr)
+    assert result.error["error"] == "usage" and option[-1] in result.error["message"]
+    no_traceback(result)
+    assert not kb_home.exists()
+
+
+@pytest.mark.parametrize("variable", ["KB_POLL_SECONDS", "KB_BACKOFF_SECONDS"])
+def test_a_float_variable_of_an_option_is_checked_the_same_way(kb_home, variable):
+    result = run_in_process("work", "--json", env=kb_env(**{variable: "nan"}))
+    assert result.code == 2 and variable in result.error["message"]
+    assert not kb_home.exists()
+
+
 @sqlite_only
 def test_a_database_in_a_missing_directory_is_a_usage_error(tmp_path):
     url = f"sqlite:///{tmp_path / 'missing' / 'kb.sqlite3'}"

@@ -110,9 +110,32 @@ def test_a_caller_sees_only_the_events_of_bases_it_may_read(invoke, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "url", ["ftp://example.com/x", "https://user:secret@example.com/x", "http://example.com:abc/"]
+    "url",
+    [
+        "ftp://example.com/x",
+        "https://user:secret@example.com/x",
+        "http://example.com:abc/",
+        "http://example.com:0/",
+        "http://example.com:70000/",
+        "http://[::1/",  # an unclosed IPv6 address (was a ValueError)
+        "http://a..b/",  # an empty host label (was a UnicodeError once running)
+        f"http://{'a' * 64}.example.com/",  # a label over 63 characters (likewise)
+        "http://example.com/a b",  # a space in the path (was retried forever)
+        "http://example.com/x?q=\x7f",
+        "http://example.com/caf\u00e9",  # non-ASCII outside the host
+    ],
 )
-def test_relay_refuses_a_webhook_it_could_not_post_to(invoke, url):
+def test_relay_refuses_a_webhook_it_could_not_post_to(invoke, url, kb_home):
     result = invoke("relay", "--webhook", url, "--json")
     check_error(result, 2, "usage")
     assert "secret" not in result.stderr.replace("--secret", "")
+    assert not kb_home.exists()  # found before anything started
+
+
+def test_relay_takes_a_webhook_with_an_international_host_or_an_address(invoke):
+    """What the check lets through, http.client can send: these fail to connect (no
+    such host, nothing listening), as any unreachable receiver, and are retried."""
+    from kb_cli.services.relay import Webhook
+
+    for url in ("http://b\u00fccher.example/kb", "http://[::1]:9/kb", "https://host.example./x"):
+        assert Webhook(url).url == url

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import signal
@@ -164,3 +165,131 @@ def test_relay_killed_mid_stream_loses_nothing_and_reorders_nothing(tmp_path):
     received = [event for event, _, _ in receiver.accepted]
     assert_in_order_per_document(received, written)
     assert db_rows("SELECT id FROM outbox_events WHERE dispatched_at IS NULL") == []
+
+
+# --- hostile receivers: a receiver sets neither the relay's memory nor its pace --------
+
+
+class EndlessAnswer(JsonHandler):
+    """200, then a body that never ends: chunked, or a Content-Length of 4 GiB; sent as
+    fast as the relay reads it, until the relay hangs up."""
+
+    chunked = True
+    block = b"x" * 65536
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        if self.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(4 * 2**30))
+        self.end_headers()
+        frame = b"%x\r\n%s\r\n" % (len(self.block), self.block) if self.chunked else self.block
+        try:
+            while True:
+                self.wfile.write(frame)
+        except OSError:
+            pass  # the relay closed the connection: what it should do
+
+
+class HugeAnswer(EndlessAnswer):
+    chunked = False
+
+
+class DrippingAnswer(JsonHandler):
+    """The first request is answered one byte every 0.3 s, forever: each socket read
+    gets a byte in time, so a per-read time-out never fires. Later requests: 200."""
+
+    requests = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).requests += 1
+        if type(self).requests > 1:
+            self.send_json(200, {})
+            return
+        try:
+            for byte in itertools.cycle(b"HTTP/1.1 200 OK\r\nX-Slow: "):
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.3)
+        except OSError:
+            pass
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def undelivered() -> list[dict]:
+    return db_rows("SELECT id, attempts FROM outbox_events WHERE dispatched_at IS NULL")
+
+
+@pytest.mark.parametrize("handler", [EndlessAnswer, HugeAnswer], ids=["chunked", "4GiB"])
+def test_an_endless_answer_is_not_read_and_the_status_decides(tmp_path, handler):
+    """Against a normal receiver the relay peaks at its baseline; against one whose body
+    never ends it stays within a few MB of it (docs/many-hosts.md states the bound),
+    marks the event delivered on the 200, and the first SIGTERM stops it."""
+    written = make_events(tmp_path, documents=1, rounds=1)
+    receiver = Receiver()
+    with serving(receiver.handler()) as port:
+        proc = relay(port, "--json")
+        wait_until(lambda: len(receiver.ids()) == len(written), timeout=30)
+        baseline = peak_rss_mb(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert finish(proc, timeout=15).code == 0
+    more = tmp_path / "more"
+    more.mkdir()
+    make_events(more, documents=1, rounds=1)
+    with serving(handler) as port:
+        proc = relay(port, "--json", "--timeout", "30")
+        wait_until(lambda: not undelivered(), timeout=30, message="never marked delivered")
+        time.sleep(1.0)  # what an unbounded read would have taken in meanwhile
+        peak = peak_rss_mb(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        result = finish(proc, timeout=15)
+    assert result.code == 0, result.stderr
+    assert time.monotonic() - started < 5
+    assert [record["http_status"] for record in result.records] == [200, 200]
+    assert peak < baseline + 20, (baseline, peak)
+
+
+def test_a_dripping_answer_is_cut_at_the_timeout_and_retried(tmp_path):
+    """--timeout bounds the whole delivery: an answer trickling a byte at a time is a
+    failed attempt after 1 s, retried; the retry is delivered."""
+    DrippingAnswer.requests = 0
+    make_events(tmp_path, documents=1, rounds=1)
+    with serving(DrippingAnswer) as port:
+        started = time.monotonic()
+        proc = relay(port, "--json", "--timeout", "1")
+        wait_until(lambda: not undelivered(), timeout=20, message="held by the drip")
+        elapsed = time.monotonic() - started
+        proc.send_signal(signal.SIGTERM)
+        result = finish(proc, timeout=15)
+    assert result.code == 0, result.stderr
+    assert "no complete answer within 1 s" in result.stderr
+    assert elapsed < 8, elapsed
+    assert result.records[0]["attempts"] == 2
+
+
+def test_sigterm_ends_a_delivery_under_way(tmp_path):
+    """A stop does not wait for a slow receiver: the delivery is cut, the event stays
+    undelivered, and the relay exits 0 at once."""
+    DrippingAnswer.requests = 0
+    make_events(tmp_path, documents=1, rounds=1)
+    with serving(DrippingAnswer) as port:
+        proc = relay(port, "--timeout", "60")
+        wait_until(lambda: DrippingAnswer.requests == 1, timeout=20)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        result = finish(proc, timeout=15)
+    assert result.code == 0, result.stderr
+    assert time.monotonic() - started < 2
+    assert len(undelivered()) == 2
