@@ -59,17 +59,21 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
     try:
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
-            now = kb.timestamp()
+            # A stamp per document, so that `kb status` (newest first) and the queue
+            # keep the order of the files named.
             inserted = [
                 _Inserted(
-                    _insert_document(conn, kb.actor.name, base, up, obj, now), up.filename, obj
+                    _insert_document(conn, kb.actor.name, base, up, obj, kb.timestamp()),
+                    up.filename,
+                    obj,
                 )
                 for up, obj in zip(uploads, stored, strict=True)
             ]
             duplicates = _duplicates(conn, base, inserted)
             if submit:
                 records: list[TaskRecord] | list[DocumentRecord] = [
-                    _submit(conn, kb.actor.name, new.document_id, now) for new in inserted
+                    _submit(conn, kb.actor.name, new.document_id, kb.timestamp())
+                    for new in inserted
                 ]
             else:
                 records = [document_record(conn, new.document_id) for new in inserted]
