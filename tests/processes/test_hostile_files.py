@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docgen import make_eml, make_epub, make_pptx, make_xlsx, raw_pdf, zip_bomb
+from tests.docgen import make_epub, make_pptx, make_xlsx, raw_pdf, zip_bomb
 from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until
 
 BACKENDS = ["pypdf", "pdfium"]
@@ -204,13 +204,10 @@ def test_a_sparse_spreadsheet_is_too_large_before_its_rows_are_read(tmp_path):
     assert time.monotonic() - started < 30 and peak < 400
 
 
-def test_a_mail_of_ten_thousand_parts_is_too_large_with_bounded_memory(tmp_path):
-    path = tmp_path / "parts.eml"
-    parts = [(f"note-{i}.txt", "text/plain", b"x") for i in range(10_000)]
-    path.write_bytes(
-        make_eml("Many parts", "a@example.com", "Tue, 1 Dec 2026 10:00:00 +0000", "body", parts)
-    )
-    task, peak = work_measured(tmp_path, path, KB_PARSE_MAX_MEMORY_MB="256")
+def test_a_mail_of_ten_thousand_parts_is_too_large_with_bounded_memory(
+    tmp_path, ten_thousand_part_mail
+):
+    task, peak = work_measured(tmp_path, ten_thousand_part_mail, KB_PARSE_MAX_MEMORY_MB="256")
     assert task["error_code"] == "document_too_large", task
     assert "MIME parts" in task["error_detail"]
     print(f"10,000-part mail: peak RSS {peak} MiB")
