@@ -153,7 +153,8 @@ def enter_home(
         def enter(home: SharedHome, writes: bool = False) -> object:
             env = dict(home.env)
             if writes:
-                shutil.copytree(home.env["KB_HOME"], kb_home, dirs_exist_ok=True)
+                if Path(home.env["KB_HOME"]).exists():  # no file at all on PostgreSQL with S3
+                    shutil.copytree(home.env["KB_HOME"], kb_home, dirs_exist_ok=True)
                 env["KB_HOME"] = str(kb_home)
                 if home.template_url:
                     env["DATABASE_URL"] = copies.enter_context(postgres_database(home.template_url))
