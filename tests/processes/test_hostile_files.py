@@ -24,9 +24,7 @@ BACKENDS = ["pypdf", "pdfium"]
 
 def flate_bomb_pdf(inflated_bytes: int) -> bytes:
     """One page whose content stream is small compressed and `inflated_bytes` inflated."""
-    squeeze = zlib.compressobj(9)
-    block = b" " * (1 << 20)
-    data = b"".join(squeeze.compress(block) for _ in range(inflated_bytes >> 20)) + squeeze.flush()
+    data = repeated_deflate(b" " * (1 << 20), inflated_bytes >> 20)
     return raw_pdf(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
@@ -35,6 +33,18 @@ def flate_bomb_pdf(inflated_bytes: int) -> bytes:
             b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(data) + data + b"\nendstream",
         ]
     )
+
+
+def repeated_deflate(block: bytes, times: int) -> bytes:
+    """The zlib stream of `block` repeated `times` times, as a decoder reads it, without
+    compressing it `times` times (that took 5-10 s for 768 MiB): after a full flush the
+    compressor starts afresh, so every flushed block compresses to the same bytes."""
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: header and sum are ours
+    unit = squeeze.compress(block) + squeeze.flush(zlib.Z_FULL_FLUSH)
+    checksum = 1
+    for _ in range(times):
+        checksum = zlib.adler32(block, checksum)
+    return b"\x78\xda" + unit * times + squeeze.flush() + checksum.to_bytes(4, "big")
 
 
 def many_paragraph_docx(paragraphs: int) -> bytes:
