@@ -8,7 +8,6 @@ Fixtures only; what tests share otherwise is in tests/helpers.py.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -54,23 +53,29 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def ten_thousand_part_mail(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A mail of 10,000 one-byte attachments. The email package takes seconds of CPU to
-    write it, so it is written once per run: the first test process that needs it writes
-    it while the others wait (a lock in the run's directory), then all read it."""
-    run_dir = tmp_path_factory.getbasetemp()
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        run_dir = run_dir.parent  # common to the run's worker processes
-    path = run_dir / "ten-thousand-parts.eml"
-    with open(run_dir / "ten-thousand-parts.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.exists():
-            parts = [(f"note-{i}.txt", "text/plain", b"x") for i in range(10_000)]
-            mail = make_eml(
-                "Many parts", "a@example.com", "Tue, 1 Dec 2026 10:00:00 +0000", "body", parts
-            )
-            path.with_suffix(".tmp").write_bytes(mail)
-            path.with_suffix(".tmp").replace(path)
+    """A mail of 10,000 one-byte attachments."""
+    path = tmp_path_factory.mktemp("mail") / "ten-thousand-parts.eml"
+    path.write_bytes(many_part_mail(10_000))
     return path
+
+
+def many_part_mail(count: int) -> bytes:
+    """The mail make_eml writes with `count` one-byte attachments note-0.txt, note-1.txt ...,
+    byte for byte: its one-attachment mail with that part repeated (the email package
+    takes seconds of CPU for 10,000 parts)."""
+    mail = make_eml(
+        "Many parts",
+        "a@example.com",
+        "Tue, 1 Dec 2026 10:00:00 +0000",
+        "body",
+        [("note-0.txt", "text/plain", b"x")],
+    )
+    start = mail.index(b'filename="note-0.txt"')
+    start = mail.rindex(b"--kb-sample-part-0\r\n", 0, start)
+    end = mail.rindex(b"--kb-sample-part-0--")
+    part = mail[start:end]
+    parts = (part.replace(b"note-0.txt", b"note-%d.txt" % number) for number in range(count))
+    return mail[:start] + b"".join(parts) + mail[end:]
 
 
 @pytest.fixture(scope="session")
