@@ -1,27 +1,41 @@
-"""Every test gets its own KB_HOME: a real SQLite file and object directory in tmp_path.
+"""Every test gets its own KB_HOME: a real SQLite file and object directory in tmp_path
+(on PostgreSQL, a database of its own, unless it is a pure test); the tests of a module
+that only read a knowledge base share one built once (build_home, enter_home).
 
 Fixtures only; what tests share otherwise is in tests/helpers.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
+from tests.docgen import make_eml
 from tests.helpers import (
     ON_POSTGRES,
     ON_S3,
+    POSTGRES_ADMIN_URL,
     STRIPPED,
     Result,
+    SharedHome,
+    clean_env,
+    copy_s3_objects,
+    disconnect_postgres,
+    home_digest,
+    home_runner,
     postgres_database,
     run_in_process,
 )
 from tests.loopback import s3_server, s3_store_env
+
+UNIT_TESTS = Path(__file__).parent / "unit"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -38,10 +52,42 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def ten_thousand_part_mail(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A mail of 10,000 one-byte attachments."""
+    path = tmp_path_factory.mktemp("mail") / "ten-thousand-parts.eml"
+    path.write_bytes(many_part_mail(10_000))
+    return path
+
+
+def many_part_mail(count: int) -> bytes:
+    """The mail make_eml writes with `count` one-byte attachments note-0.txt, note-1.txt ...,
+    byte for byte: its one-attachment mail with that part repeated (the email package
+    takes seconds of CPU for 10,000 parts)."""
+    mail = make_eml(
+        "Many parts",
+        "a@example.com",
+        "Tue, 1 Dec 2026 10:00:00 +0000",
+        "body",
+        [("note-0.txt", "text/plain", b"x")],
+    )
+    start = mail.index(b'filename="note-0.txt"')
+    start = mail.rindex(b"--kb-sample-part-0\r\n", 0, start)
+    end = mail.rindex(b"--kb-sample-part-0--")
+    part = mail[start:end]
+    parts = (part.replace(b"note-0.txt", b"note-%d.txt" % number) for number in range(count))
+    return mail[:start] + b"".join(parts) + mail[end:]
+
+
+@pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """The loopback S3-compatible server of this test process, started on first use."""
     with s3_server() as endpoint:
         yield endpoint
+
+
+# Pure tests (their place is tests/unit) never open a database: on PostgreSQL they get
+# none, and this name, so that one that tried would fail at once.
+NO_DATABASE = "kbt_pure_test_has_no_database"
 
 
 @pytest.fixture(autouse=True)
@@ -59,9 +105,76 @@ def kb_home(
     if not ON_POSTGRES:
         yield home
         return
+    if "enter_home" in request.fixturenames:  # its database is the shared home's
+        yield home
+        return
+    if request.path.is_relative_to(UNIT_TESTS):
+        monkeypatch.setenv("DATABASE_URL", f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{NO_DATABASE}")
+        yield home
+        return
     with postgres_database() as url:
         monkeypatch.setenv("DATABASE_URL", url)
         yield home
+
+
+@pytest.fixture(scope="session")
+def build_home(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Callable[[Callable[..., object]], SharedHome]]:
+    """build_home(builder, **variables) -> SharedHome: a new knowledge base, built by
+    `builder(invoke, root)` (`invoke` as the fixture's, on that base; `root` a directory
+    for its files), for the tests of a module to share through `enter_home`; `variables`
+    are set while it is built and in every test that enters it."""
+    with contextlib.ExitStack() as databases:
+
+        def build(builder: Callable[..., object], **variables: str) -> SharedHome:
+            root = tmp_path_factory.mktemp(builder.__name__)
+            env = {"KB_HOME": str(root / "kbhome"), **variables}
+            if ON_POSTGRES:
+                env["DATABASE_URL"] = databases.enter_context(postgres_database())
+            if ON_S3:
+                env.update(s3_store_env(request.getfixturevalue("s3_endpoint")))
+            value = builder(home_runner(clean_env(keep_engine=False, **env)), root)
+            if not ON_POSTGRES:
+                return SharedHome(env, value)
+            template = env["DATABASE_URL"]
+            disconnect_postgres(template)
+            env["DATABASE_URL"] = databases.enter_context(postgres_database(template))
+            return SharedHome(env, value, template_url=template)
+
+        yield build
+
+
+@pytest.fixture
+def enter_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kb_home: Path
+) -> Iterator[Callable[..., object]]:
+    """enter_home(home, writes=False) -> what home's builder returned: this test's kb is
+    now the shared `home` (a test that only reads; checked unchanged at its end), or with
+    writes=True a copy of it of its own (its directory, database and objects)."""
+    with contextlib.ExitStack() as copies:
+        readers: list[tuple[SharedHome, dict]] = []
+
+        def enter(home: SharedHome, writes: bool = False) -> object:
+            env = dict(home.env)
+            if writes:
+                if Path(home.env["KB_HOME"]).exists():  # no file at all on PostgreSQL with S3
+                    shutil.copytree(home.env["KB_HOME"], kb_home, dirs_exist_ok=True)
+                env["KB_HOME"] = str(kb_home)
+                if home.template_url:
+                    env["DATABASE_URL"] = copies.enter_context(postgres_database(home.template_url))
+                if ON_S3:
+                    env["OBJECT_STORE_ROOT"] = os.environ["OBJECT_STORE_ROOT"]
+                    copy_s3_objects(home.env["OBJECT_STORE_ROOT"], env["OBJECT_STORE_ROOT"])
+            for name, value in env.items():
+                monkeypatch.setenv(name, value)
+            if not writes:
+                readers.append((home, home_digest(home)))
+            return home.value
+
+        yield enter
+        for home, digest in readers:
+            assert home_digest(home) == digest, "a test that only reads changed the shared home"
 
 
 @pytest.fixture

@@ -87,12 +87,14 @@ T = TypeVar("T")
 
 
 @contextlib.contextmanager
-def postgres_database() -> Iterator[str]:
-    """A new database on the test server for the block's duration; its URL."""
+def postgres_database(template: str | None = None) -> Iterator[str]:
+    """A new database on the test server for the block's duration (a copy of the database
+    at the URL `template`, if given: nobody may be connected to that one); its URL."""
     name = f"kbt_{uuid.uuid4().hex[:12]}"
+    copy = f" TEMPLATE {template.rsplit('/', 1)[1]}" if template else ""
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
+        conn.execute(text(f"CREATE DATABASE {name}{copy}"))
     try:
         yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
@@ -322,6 +324,118 @@ def remove_objects(location: str | None = None) -> None:
     store = open_store(location or resolve_settings().object_store)
     for key in object_keys(location):
         store.delete(key)
+
+
+# --- a knowledge base built once, shared by many tests (tests/conftest.py) --------------
+
+
+@dataclass
+class SharedHome:
+    """A knowledge base a module builds once (`build_home`) instead of once per test: the
+    variables that point kb at it, and what its builder returned (ids, tokens). A test that
+    only reads uses it as it is (`enter_home`, checked unchanged afterwards); a test that
+    writes gets a copy of its own (`enter_home(..., writes=True)`)."""
+
+    env: dict[str, str]  # KB_HOME; DATABASE_URL on PostgreSQL; the S3 variables on S3
+    value: object
+    # On PostgreSQL, the database built, copied for every writer; readers use a copy of
+    # their own (a template database takes no connections while it is copied).
+    template_url: str | None = None
+
+
+def home_runner(env: dict[str, str]) -> Callable[..., Result]:
+    """The `invoke` fixture's runner, for the home of `env` outside any test."""
+
+    def run(*args: str, token: str | None = None) -> Result:
+        return run_in_process(*args, env={**env, **({"KB_TOKEN": token} if token else {})})
+
+    return run
+
+
+def disconnect_postgres(url: str) -> None:
+    """End every session on the database at `url`, so that it can be a template."""
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = :name AND pid <> pg_backend_pid()"
+            ),
+            {"name": url.rsplit("/", 1)[1]},
+        )
+    admin.dispose()
+
+
+def copy_s3_objects(source: str, target: str) -> None:
+    """Every object under the s3:// prefix `source` (marker and quarantine too), copied
+    under the prefix `target` of the same bucket, on the loopback server of the test's
+    S3 variables."""
+    import obstore
+    from obstore.store import S3Store
+
+    from kb_cli.store.location import S3Location
+
+    source_at, target_at = S3Location.parse(source), S3Location.parse(target)
+    bucket = S3Store(
+        source_at.bucket,
+        endpoint=os.environ["AWS_ENDPOINT_URL"],
+        region=os.environ["AWS_REGION"],
+        access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+        secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        client_options={"allow_http": True},
+    )
+    for batch in obstore.list(bucket, prefix=source_at.prefix):
+        for meta in batch:
+            path = meta["path"]
+            obstore.copy(bucket, path, target_at.prefix + path[len(source_at.prefix) :])
+
+
+def home_digest(home: SharedHome) -> dict:
+    """What a test that only reads must leave of `home` as it found it: the rows of every
+    table (counted; documents, tasks and users whole but for when a token was last used)
+    and the object store's keys. Read in the home's own environment, whatever the test
+    set in its own."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(
+        {
+            name: value
+            for name, value in saved.items()
+            if not name.startswith("KB_") and name not in STRIPPED
+        }
+        | home.env
+    )
+    try:
+        return _digest()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _digest() -> dict:
+    from sqlalchemy import inspect
+
+    from kb_cli.config import resolve_settings
+
+    engine = create_engine(resolve_settings().database_url)
+    try:
+        with engine.connect() as conn:
+            digest: dict = {
+                table: conn.execute(text(f"SELECT count(*) FROM {table}")).scalar()
+                for table in inspect(conn).get_table_names()
+            }
+            for table, columns in (
+                ("documents", "*"),
+                ("ingestion_tasks", "*"),
+                # A token's use is written, at most once a minute, by any command.
+                ("users", "name, role, token_id, token_hash, created_at, disabled_at"),
+            ):
+                rows = conn.execute(text(f"SELECT {columns} FROM {table}"))
+                digest[f"{table} rows"] = sorted(map(repr, rows))
+    finally:
+        engine.dispose()
+    digest["objects"] = object_keys()
+    return digest
 
 
 # --- the test's database ---------------------------------------------------------------

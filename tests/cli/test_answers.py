@@ -118,16 +118,24 @@ def rerank_server(monkeypatch):
         yield _Rerank
 
 
-@pytest.fixture
-def animals(invoke, tmp_path, monkeypatch):
-    monkeypatch.setenv("KB_RERANK", "none")
+def _animals(invoke, root):
     for name, text in {
         "otters.md": "# Otters\n\nOtters swim in rivers. Otters swim and swim.",
         "seals.md": "# Seals\n\nSeals swim in the sea near the walrus colony.",
         "walrus.md": "# Walrus\n\nThe walrus rests on ice; a walrus can swim too.",
     }.items():
-        _published(invoke, tmp_path, name, text)
-    monkeypatch.delenv("KB_RERANK")
+        _published(invoke, root, name, text)
+
+
+@pytest.fixture(scope="module")
+def animals_home(build_home):
+    return build_home(_animals)
+
+
+@pytest.fixture
+def animals(enter_home, animals_home):
+    """Three published notes on animals that swim, which these tests only search."""
+    enter_home(animals_home)
 
 
 def test_the_reranker_orders_the_candidates(invoke, animals, rerank_server):

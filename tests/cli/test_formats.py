@@ -20,8 +20,7 @@ NEW_SAMPLES = [
 ]
 
 
-@pytest.fixture
-def published(invoke) -> dict[str, str]:
+def _published(invoke, root) -> dict[str, str]:
     """Every new sample uploaded, processed and published: file name -> document id."""
     tasks = invoke("upload", *map(str, NEW_SAMPLES), "--submit", "--json").records
     assert invoke("work", "--drain", "--json").code == 0
@@ -29,6 +28,17 @@ def published(invoke) -> dict[str, str]:
     for document_id in ids.values():
         publish(invoke, document_id)
     return ids
+
+
+@pytest.fixture(scope="module")
+def published_home(build_home):
+    return build_home(_published)
+
+
+@pytest.fixture
+def published(enter_home, published_home) -> dict[str, str]:
+    """The published samples (`_published`), which these tests only read."""
+    return enter_home(published_home)
 
 
 def top_hit(invoke, question: str) -> dict:

@@ -15,8 +15,7 @@ from tests.loopback import JsonHandler, serving
 # --- search through the CLI ----------------------------------------------------------
 
 
-@pytest.fixture
-def corpus(invoke, tmp_path):
+def _corpus(invoke, root):
     """The sample knowledge base: every document published, the travel policy replaced
     by a new published revision, and a pricing draft processed but never published."""
     files = sorted((SAMPLES / "knowledge").glob("*.md"))
@@ -36,6 +35,17 @@ def corpus(invoke, tmp_path):
     publish(invoke, ids["travel-policy.md"])
     ids["pricing-draft-2027.md"] = draft["document_id"]
     return ids
+
+
+@pytest.fixture(scope="module")
+def corpus_home(build_home):
+    return build_home(_corpus)
+
+
+@pytest.fixture
+def corpus(enter_home, corpus_home):
+    """The sample knowledge base (`_corpus`), which these tests only read."""
+    return enter_home(corpus_home)
 
 
 def test_eval_on_the_shipped_question_set(invoke, corpus):

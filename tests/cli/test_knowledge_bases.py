@@ -43,8 +43,7 @@ def ingest(invoke, token: str, base: str, *paths, publish: bool = True) -> list[
 # --- the reference scenario ------------------------------------------------------------
 
 
-@pytest.fixture
-def company(invoke, tmp_path):
+def _company(invoke, tmp_path):
     """Three teams; a company-wide base, an engineering base and a sales base, with
     published documents in each and a pricing draft in sales; a finance user, an
     engineering user, a sales user and an admin."""
@@ -76,6 +75,24 @@ def company(invoke, tmp_path):
     return tokens, docs, by_name
 
 
+@pytest.fixture(scope="module")
+def company_home(build_home):
+    return build_home(_company)
+
+
+@pytest.fixture
+def company(enter_home, company_home):
+    """The company (`_company`), for a test that only reads it."""
+    return enter_home(company_home)
+
+
+@pytest.fixture
+def company_copy(enter_home, company_home):
+    """A copy of the company (`_company`) of this test's own, to change (a refused
+    command changes it too: the refusal is audited)."""
+    return enter_home(company_home, writes=True)
+
+
 def search(invoke, token, query, *options) -> list[dict]:
     return ok(invoke("search", query, "--json", *options, token=token))
 
@@ -99,8 +116,8 @@ def test_each_user_searches_only_the_bases_they_may_read(invoke, company):
     assert "sales-playbook.md" not in {hit["filename"] for hit in finance}
 
 
-def test_search_and_eval_narrow_to_one_base(invoke, company, tmp_path):
-    tokens, _docs, _by_name = company
+def test_search_and_eval_narrow_to_one_base(invoke, company_copy, tmp_path):
+    tokens, _docs, _by_name = company_copy
     narrowed = search(
         invoke, tokens["erin"], "expense claim after a business trip", "--base", "company"
     )
@@ -118,8 +135,8 @@ def test_search_and_eval_narrow_to_one_base(invoke, company, tmp_path):
     not_found(invoke("eval", str(questions), "--base", "sales", "--json", token=tokens["erin"]))
 
 
-def test_status_history_and_ids_see_exactly_the_readable_bases(invoke, company):
-    tokens, docs, by_name = company
+def test_status_history_and_ids_see_exactly_the_readable_bases(invoke, company_copy):
+    tokens, docs, by_name = company_copy
     readable = {
         "fiona": {"company"},
         "erin": {"company", "engineering"},
@@ -160,8 +177,8 @@ def test_status_history_and_ids_see_exactly_the_readable_bases(invoke, company):
     assert [event["action"] for event in events][:2] == ["upload", "submit"]
 
 
-def test_a_prefix_is_never_ambiguous_because_of_unreadable_rows(invoke, company, kb, tmp_path):
-    tokens, _docs, _by_name = company
+def test_a_prefix_is_never_ambiguous_because_of_unreadable_rows(invoke, company_copy, kb, tmp_path):
+    tokens, _docs, _by_name = company_copy
     note = tmp_path / "draft.md"
     note.write_text("A draft.")
     ids = {}
@@ -183,8 +200,8 @@ def test_a_prefix_is_never_ambiguous_because_of_unreadable_rows(invoke, company,
     not_found(invoke("history", hidden_id, "--json", token=tokens["fiona"]))
 
 
-def test_granting_and_moving_change_who_reads_a_document(invoke, company):
-    tokens, _docs, by_name = company
+def test_granting_and_moving_change_who_reads_a_document(invoke, company_copy):
+    tokens, _docs, by_name = company_copy
     oncall = by_name["oncall-zh.md"]["document_id"]
     assert invoke("base", "grant", "engineering", "fiona", token=tokens["erin"]).code == 5
     [granted] = ok(invoke("base", "grant", "engineering", "fiona", "--json", token=tokens["admin"]))
@@ -221,11 +238,9 @@ MAY_RUN = {
 }
 
 
-@pytest.fixture
-def two_bases(invoke, tmp_path, monkeypatch):
+def _two_bases(invoke, tmp_path):
     """Bases `ours` (team alpha) and `theirs` (team beta), each with a draft, a queued
     task, a failed task and a document in review."""
-    monkeypatch.setenv("KB_EMBEDDINGS", "none")
     admin = ok(invoke("user", "add", "root", "--role", "admin", "--json"))[0]["token"]
     ok(invoke("base", "create", "ours", "--team", "alpha", "--json", token=admin))
     ok(invoke("base", "create", "theirs", "--team", "beta", "--json", token=admin))
@@ -252,6 +267,17 @@ def two_bases(invoke, tmp_path, monkeypatch):
         [draft] = ok(invoke("upload", str(good), "--base", base, "--json", token=admin))
         targets[base] |= {"submit": draft["document_id"], "cancel": queued["task_id"]}
     return admin, targets
+
+
+@pytest.fixture(scope="module")
+def two_bases_home(build_home):
+    return build_home(_two_bases, KB_EMBEDDINGS="none")
+
+
+@pytest.fixture
+def two_bases(enter_home, two_bases_home):
+    """A copy of the two bases (`_two_bases`) of this test's own, to change."""
+    return enter_home(two_bases_home, writes=True)
 
 
 def _args(command: str, target: str, upload_file) -> list[str]:

@@ -16,8 +16,7 @@ def ok(result) -> list[dict]:
     return result.records
 
 
-@pytest.fixture
-def people(invoke):
+def _people(invoke, root=None):
     """An admin (root), a viewer in team sales (bob) and a worker (robot): their tokens."""
     root = ok(invoke("user", "add", "root", "--role", "admin", "--json"))[0]["token"]
     tokens = {"root": root}
@@ -25,6 +24,17 @@ def people(invoke):
         made = invoke("user", "add", name, "--role", role, *teams, "--json", token=root)
         tokens[name] = ok(made)[0]["token"]
     return tokens
+
+
+@pytest.fixture(scope="module")
+def people_home(build_home):
+    return build_home(_people)
+
+
+@pytest.fixture
+def people(enter_home, people_home):
+    """A copy of the module's people (`_people`) of this test's own, to change."""
+    return enter_home(people_home, writes=True)
 
 
 def users(invoke, token) -> dict[str, dict]:

@@ -14,20 +14,31 @@ CHINESE = "知识库入库流程很重要。文档上传后成为草稿，审核
 # --- search -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def published(invoke, tmp_path):
+def _published(invoke, root):
     english = ingest(
         invoke,
-        tmp_path,
+        root,
         "policy.md",
         "# Retention\n\nThe retention policy "
         "keeps invoices for seven years.\n\nBackups run nightly.",
     )
-    chinese = ingest(invoke, tmp_path, "guide.md", f"# 指南\n\n{CHINESE}")
-    unpublished = ingest(invoke, tmp_path, "secret.txt", "The zanzibar protocol is secret.")
+    chinese = ingest(invoke, root, "guide.md", f"# 指南\n\n{CHINESE}")
+    unpublished = ingest(invoke, root, "secret.txt", "The zanzibar protocol is secret.")
     publish(invoke, english["document_id"])
     publish(invoke, chinese["document_id"])
     return english, chinese, unpublished
+
+
+@pytest.fixture(scope="module")
+def published_home(build_home):
+    return build_home(_published)
+
+
+@pytest.fixture
+def published(enter_home, published_home):
+    """An English and a Chinese document published, a third processed but not: the
+    search tests only read it."""
+    return enter_home(published_home)
 
 
 @pytest.mark.parametrize(
@@ -152,8 +163,7 @@ ALLOWED = {
 }
 
 
-@pytest.fixture
-def team(invoke, tmp_path):
+def _team(invoke, root=None):
     admin = invoke("user", "add", "root", "--role", "admin", "--json").record["token"]
     tokens = {"admin": admin}
     for role in ROLES[:-1]:
@@ -161,6 +171,37 @@ def team(invoke, tmp_path):
             "user", "add", f"u-{role}", "--role", role, "--json", token=admin
         ).record["token"]
     return tokens
+
+
+def _team_and_documents(invoke, root):
+    """The team, a queued task and a draft: what every cell of the role matrix acts on."""
+    tokens = _team(invoke)
+    queued = root / "q.txt"
+    queued.write_text("queued text")
+    task = invoke("upload", str(queued), "--submit", "--json", token=tokens["admin"]).record
+    draft = invoke("upload", str(queued), "--json", token=tokens["admin"]).record
+    ids = {
+        "document_id": task["document_id"],
+        "task_id": task["task_id"],
+        "draft_id": draft["document_id"],
+    }
+    return tokens, ids
+
+
+@pytest.fixture(scope="module")
+def team_home(build_home):
+    return build_home(_team)
+
+
+@pytest.fixture
+def team(enter_home, team_home):
+    """An admin and a user of every other role: their tokens (a copy of the module's)."""
+    return enter_home(team_home, writes=True)
+
+
+@pytest.fixture(scope="module")
+def matrix_home(build_home):
+    return build_home(_team_and_documents)
 
 
 def _command_args(command: str, tmp_path, ids: dict) -> list[str]:
@@ -183,17 +224,9 @@ def _command_args(command: str, tmp_path, ids: dict) -> list[str]:
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("command", sorted(ALLOWED["admin"]))
-def test_role_matrix(invoke, tmp_path, team, role, command):
+def test_role_matrix(invoke, tmp_path, enter_home, matrix_home, role, command):
+    team, ids = enter_home(matrix_home, writes=True)
     admin = team["admin"]
-    queued = tmp_path / "q.txt"
-    queued.write_text("queued text")
-    task = invoke("upload", str(queued), "--submit", "--json", token=admin).record
-    draft = invoke("upload", str(queued), "--json", token=admin).record
-    ids = {
-        "document_id": task["document_id"],
-        "task_id": task["task_id"],
-        "draft_id": draft["document_id"],
-    }
     before = invoke("status", "--json", token=admin).stdout
     result = invoke(*_command_args(command, tmp_path, ids), "--json", token=team[role])
     if command in ALLOWED[role]:
@@ -258,11 +291,20 @@ def test_demo_needs_an_admin_once_one_exists(invoke, team):
     assert invoke("demo", "--json").code == 5
 
 
+def _words(invoke, root):
+    text = "Café résumé: the example.com host, v2.0, user@example.com. To be or not to be."
+    task = ingest(invoke, root, "words.txt", text)
+    publish(invoke, task["document_id"])
+
+
+@pytest.fixture(scope="module")
+def words_home(build_home):
+    return build_home(_words)
+
+
 @pytest.mark.parametrize(
     "query", ["the", "cafe", "resume", "example.com", "user@example.com", "v2", "to be or not"]
 )
-def test_search_sees_the_same_words_on_every_engine(invoke, tmp_path, query):
-    text = "Café résumé: the example.com host, v2.0, user@example.com. To be or not to be."
-    task = ingest(invoke, tmp_path, "words.txt", text)
-    publish(invoke, task["document_id"])
+def test_search_sees_the_same_words_on_every_engine(invoke, enter_home, words_home, query):
+    enter_home(words_home)
     assert [hit["filename"] for hit in hits(invoke, query)] == ["words.txt"]
