@@ -17,7 +17,7 @@ import pytest
 
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from tests.docgen import make_eml
+from tests.docgen import many_part_mail
 from tests.helpers import (
     ON_POSTGRES,
     ON_S3,
@@ -57,25 +57,6 @@ def ten_thousand_part_mail(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("mail") / "ten-thousand-parts.eml"
     path.write_bytes(many_part_mail(10_000))
     return path
-
-
-def many_part_mail(count: int) -> bytes:
-    """The mail make_eml writes with `count` one-byte attachments note-0.txt, note-1.txt ...,
-    byte for byte: its one-attachment mail with that part repeated (the email package
-    takes seconds of CPU for 10,000 parts)."""
-    mail = make_eml(
-        "Many parts",
-        "a@example.com",
-        "Tue, 1 Dec 2026 10:00:00 +0000",
-        "body",
-        [("note-0.txt", "text/plain", b"x")],
-    )
-    start = mail.index(b'filename="note-0.txt"')
-    start = mail.rindex(b"--kb-sample-part-0\r\n", 0, start)
-    end = mail.rindex(b"--kb-sample-part-0--")
-    part = mail[start:end]
-    parts = (part.replace(b"note-0.txt", b"note-%d.txt" % number) for number in range(count))
-    return mail[:start] + b"".join(parts) + mail[end:]
 
 
 @pytest.fixture(scope="session")
