@@ -107,7 +107,10 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None, more: Sequence[str]
             note_use(kb, actor.name)
         return grant
     entity, error, why = refusal
-    if entity is None and target is not None:
+    if entity is not None:  # the hidden target, already resolved: no second lookup
+        record_refusal(kb, actor.name, rule.command, entity, why, resolved=True)
+        raise error
+    if target is not None:
         entity = BASE_PREFIX + target if rule.acts_on == Target.BASE else target
     record_refusal(kb, actor.name, rule.command, entity, why)
     raise error
@@ -278,7 +281,9 @@ def _hash(salt: str, secret: str) -> str:
     return hashlib.sha256(f"{salt}:{secret}".encode()).hexdigest()
 
 
-def record_refusal(kb: Kb, actor: str, command: str, target: str | None, reason: str) -> None:
+def record_refusal(
+    kb: Kb, actor: str, command: str, target: str | None, reason: str, resolved: bool = False
+) -> None:
     """Written the way a token's use is (note_use): best effort and brief. A refusal
     waits at most BRIEF_WRITE_SECONDS for a locked database, so a hidden id is answered
     as fast as a missing one (waiting out the busy timeout would tell them apart); one
@@ -287,7 +292,7 @@ def record_refusal(kb: Kb, actor: str, command: str, target: str | None, reason:
     database = _brief_database(kb)
     try:
         with database.write() as conn:
-            entity = _entity_for(conn, target) or f"command:{command}"
+            entity = (target if resolved else _entity_for(conn, target)) or f"command:{command}"
             event = audit_event(
                 actor, "refused", entity, detail=f"{command}: {reason}", at=kb.timestamp()
             )
