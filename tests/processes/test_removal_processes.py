@@ -44,7 +44,9 @@ def leftovers(document_id: str) -> dict[str, int]:
 def test_a_delete_wins_against_a_running_worker_process(tmp_path, kb_home):
     env = kb_env(KB_EMBEDDINGS="none", KB_CHUNK_BATCH="20")
     task = run_kb("upload", big_document(tmp_path), "--submit", "--json", env=env).record
-    worker = start_kb("work", "--json", "--stage-delay", "0.05", env=env)
+    # Slow enough that the delete process (a second or two to start on a busy machine)
+    # always comes while the worker is still writing chunks.
+    worker = start_kb("work", "--json", "--stage-delay", "0.3", env=env)
     wait_until(
         lambda: db_rows("SELECT count(*) AS n FROM chunks")[0]["n"] >= 40,
         message="the worker never wrote a chunk batch",

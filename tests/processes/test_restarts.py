@@ -120,8 +120,8 @@ def test_a_short_outage_is_ridden_out_and_a_long_one_ends_with_exit_1(tmp_path):
             assert done.code == 0 and done.record["status"] == "succeeded", done.stderr
             wait_until(lambda: printed.count('"task.succeeded"') == 1, timeout=30)
 
+            started = time.monotonic()  # before the halt: the command may notice it first
             server.control("halt")  # longer than KB_RECONNECT_SECONDS
-            started = time.monotonic()
             follow.wait(timeout=30)
             waited = time.monotonic() - started
             printed.thread.join(timeout=5)
