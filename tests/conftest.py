@@ -126,6 +126,24 @@ def build_home(
         yield build
 
 
+@pytest.fixture(scope="session")
+def engine_env(request: pytest.FixtureRequest) -> Iterator[Callable[[], dict[str, str]]]:
+    """engine_env() -> the variables that put a module fixture's `kb` processes on the
+    engine and store under test: a database and an S3 prefix of their own on those
+    passes, nothing on SQLite with a directory store (the home decides)."""
+    with contextlib.ExitStack() as databases:
+
+        def make() -> dict[str, str]:
+            env = {}
+            if ON_POSTGRES:
+                env["DATABASE_URL"] = databases.enter_context(postgres_database())
+            if ON_S3:
+                env.update(s3_store_env(request.getfixturevalue("s3_endpoint")))
+            return env
+
+        yield make
+
+
 @pytest.fixture
 def enter_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kb_home: Path

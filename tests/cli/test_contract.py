@@ -184,10 +184,12 @@ NOT_FOUND = {  # exit 3, "not_found"
 
 
 @pytest.fixture(scope="module")
-def refused_on_empty_home(tmp_path_factory: pytest.TempPathFactory, _bytecode_cache) -> dict:
+def refused_on_empty_home(
+    tmp_path_factory: pytest.TempPathFactory, engine_env, _bytecode_cache
+) -> dict:
     """Every USAGE_ERRORS and NOT_FOUND command, run concurrently against one empty home."""
     root = tmp_path_factory.mktemp("refused")
-    env = clean_env(KB_HOME=root / "home")
+    env = clean_env(KB_HOME=root / "home", **engine_env())
     faq = shutil.copy(sample("faq.txt"), root / "faq.txt")
     assert kb_json("status", env=env) == []  # create the schema before the crowd arrives
     table = {
@@ -351,11 +353,11 @@ def test_upload_submit_prints_tasks_and_drain(tmp_path: Path):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, _bytecode_cache) -> dict:
+def world(tmp_path_factory: pytest.TempPathFactory, engine_env, _bytecode_cache) -> dict:
     """Documents in every state: D draft, P processing, R review_pending, X published,
     C draft after a cancelled task."""
     root = tmp_path_factory.mktemp("world")
-    env = clean_env(KB_HOME=root / "home")
+    env = clean_env(KB_HOME=root / "home", **engine_env())
     files = {
         key: write(root, f"{key}.txt", f"document {key} about lighthouses\n") for key in "DPRXC"
     }
@@ -424,9 +426,9 @@ def test_refused_transitions_changed_nothing(world: dict, conflicts: dict):
 
 
 @pytest.fixture(scope="module")
-def failures(tmp_path_factory: pytest.TempPathFactory, _bytecode_cache) -> dict:
+def failures(tmp_path_factory: pytest.TempPathFactory, engine_env, _bytecode_cache) -> dict:
     root = tmp_path_factory.mktemp("failures")
-    env = clean_env(KB_HOME=root / "home")
+    env = clean_env(KB_HOME=root / "home", **engine_env())
     encrypted = write(root, "encrypted.pdf", make_encrypted_pdf("a secret ledger"))
     kb_json("upload", sample("damaged.pdf"), sample("empty.txt"), encrypted, "--submit", env=env)
     time.sleep(0.05)

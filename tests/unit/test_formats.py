@@ -332,11 +332,27 @@ def test_a_damaged_attachment_is_a_parse_error_naming_it(tmp_path):
 
 
 def test_a_mail_of_more_than_a_thousand_parts_is_too_large(tmp_path):
-    """One part over the limit (the mail, its body, 999 attachments); the process tests
-    send 10,000 parts with bounded memory, which takes this parser seconds to read."""
+    """One part over the limit (the mail, its body, 999 attachments), refused before the
+    parse; the process tests send 10,000 parts with bounded memory."""
     path = write(tmp_path, "many.eml", many_part_mail(999))
     with pytest.raises(DocumentTooLarge, match=r"more than 1000 MIME parts \(1001\)"):
         read(mail, path)
+
+
+def test_the_parts_counted_before_the_parse_are_the_parts_the_parse_finds():
+    """The refusal above happens on the raw bytes; it must count what the parser counts,
+    for a mail with an HTML alternative (a nested multipart) and attachments."""
+    from email import message_from_bytes
+
+    from kb_cli.parsers.mail import _counted_parts
+
+    attachments = [("a.txt", "text/plain", b"x"), ("b.pdf", "application/pdf", b"%PDF-1.4")]
+    for message in (
+        make_eml("s", "a@example.com", DATE, "plain body", attachments, html="<p>html</p>"),
+        make_eml("s", "a@example.com", DATE, "only a body"),
+        many_part_mail(40),
+    ):
+        assert _counted_parts(message) == sum(1 for _ in message_from_bytes(message).walk())
 
 
 # --- EPUB --------------------------------------------------------------------------
