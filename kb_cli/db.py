@@ -162,8 +162,11 @@ class Database:
         self._idle = threading.local()
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        with self._transaction(write=True) as conn:
+    def write(self, lock_wait_seconds: float | None = None) -> Iterator[Connection]:
+        """A write transaction; with `lock_wait_seconds`, one that waits at most that
+        long for a lock instead of the busy timeout (a best-effort write that must not
+        hold its command up), on the same pooled connection."""
+        with self._transaction(write=True, lock_wait_seconds=lock_wait_seconds) as conn:
             yield conn
 
     @contextmanager
@@ -172,10 +175,12 @@ class Database:
             yield conn
 
     @contextmanager
-    def _transaction(self, write: bool) -> Iterator[Connection]:
+    def _transaction(
+        self, write: bool, lock_wait_seconds: float | None = None
+    ) -> Iterator[Connection]:
         observer = Database.on_transaction
         with self._translate_errors():
-            raw = self._begin(write)
+            raw = self._begin(write, lock_wait_seconds)
             began = time.perf_counter() if observer is not None else 0.0
             try:
                 yield Connection(raw, self.engine)
@@ -185,11 +190,11 @@ class Database:
                     self.engine.rollback(raw)
                 raise
             finally:
-                self._release(raw)
+                self._release(raw, restore_lock_wait=lock_wait_seconds is not None)
         if observer is not None:
             observer("write" if write else "read", time.perf_counter() - began)
 
-    def _begin(self, write: bool) -> Any:
+    def _begin(self, write: bool, lock_wait_seconds: float | None) -> Any:
         """A connection with its transaction begun. A pooled connection that the server
         dropped while it sat idle (restart, failover, idle timeout) is replaced:
         nothing has run in the transaction yet, so beginning again is safe."""
@@ -198,10 +203,12 @@ class Database:
             pooled = bool(idle)
             raw = idle.pop() if pooled else self._connect()
             try:
+                if lock_wait_seconds is not None:
+                    self.engine.set_lock_wait(raw, lock_wait_seconds)
                 self.engine.begin(raw, write)
                 return raw
             except BaseException as error:
-                self._release(raw)
+                self._release(raw, restore_lock_wait=lock_wait_seconds is not None)
                 if not (pooled and self._is_connection_error(error)):
                     raise
 
@@ -222,13 +229,20 @@ class Database:
                 raise UsageError(message) from error
             raise DatabaseUnavailable(message) from error
 
-    def _release(self, raw: Any) -> None:
-        """Back to this thread's idle list if it is clean; closed if it is broken or
-        still inside a transaction (an interrupt between BEGIN and ROLLBACK)."""
-        if self.engine.is_clean(raw):
-            self._idle.connections.append(raw)
-        else:
+    def _release(self, raw: Any, restore_lock_wait: bool = False) -> None:
+        """Back to this thread's idle list if it is clean (with its busy timeout again,
+        after a brief write); closed if it is broken or still inside a transaction (an
+        interrupt between BEGIN and ROLLBACK)."""
+        if not self.engine.is_clean(raw):
             self._discard(raw)
+            return
+        if restore_lock_wait:
+            try:
+                self.engine.set_lock_wait(raw, self.busy_timeout_seconds)
+            except self.engine.Error:
+                self._discard(raw)
+                return
+        self._idle.connections.append(raw)
 
     @staticmethod
     def _discard(raw: Any) -> None:

@@ -71,6 +71,10 @@ def connect(url: str, busy_timeout_seconds: float) -> psycopg.Connection:
         raise UsageError("the database URL is not valid") from None
 
 
+def set_lock_wait(raw: psycopg.Connection, seconds: float) -> None:
+    raw.execute(f"SET lock_timeout = {max(1, int(seconds * 1000))}")
+
+
 def begin(raw: psycopg.Connection, write: bool) -> None:
     raw.execute("BEGIN")
 

@@ -84,7 +84,7 @@ def _is_empty(path: Path) -> bool:
 
 
 def _configure(raw: sqlite3.Connection, busy_timeout_seconds: float) -> None:
-    raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+    set_lock_wait(raw, busy_timeout_seconds)
     _use_write_ahead_log(raw, busy_timeout_seconds)
     raw.execute("PRAGMA synchronous = NORMAL")
     raw.execute("PRAGMA foreign_keys = ON")
@@ -111,6 +111,10 @@ def _use_write_ahead_log(raw: sqlite3.Connection, busy_timeout_seconds: float) -
             if not is_lock_error(error) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.01)
+
+
+def set_lock_wait(raw: sqlite3.Connection, seconds: float) -> None:
+    raw.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
 
 
 def begin(raw: sqlite3.Connection, write: bool) -> None:

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from kb_cli import queries
 from kb_cli.app import MAX_ID_CHARS, Kb, require_base, resolve_id
-from kb_cli.db import Connection, Database, format_stamp
+from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import (
     ConflictError,
     ForbiddenError,
@@ -289,9 +289,8 @@ def record_refusal(
     as fast as a missing one (waiting out the busy timeout would tell them apart); one
     that cannot be written then (locked longer, read-only, full) is answered all the
     same, unrecorded, and says nothing of it: a word on stderr would tell them apart too."""
-    database = _brief_database(kb)
     try:
-        with database.write() as conn:
+        with kb.db.write(lock_wait_seconds=_brief_wait(kb)) as conn:
             entity = (target if resolved else _entity_for(conn, target)) or f"command:{command}"
             event = audit_event(
                 actor, "refused", entity, detail=f"{command}: {reason}", at=kb.timestamp()
@@ -299,8 +298,6 @@ def record_refusal(
             queries.insert_audit_events(conn, [event])
     except Exception:
         pass
-    finally:
-        database.close()
 
 
 def _entity_for(conn: Connection, target: str | None) -> str | None:
@@ -319,9 +316,9 @@ USE_NOTED_EVERY = timedelta(minutes=1)
 BRIEF_WRITE_SECONDS = 0.1  # a refusal's or a use's wait for a locked database
 
 
-def _brief_database(kb: Kb) -> Database:
-    """A connection of its own that waits at most BRIEF_WRITE_SECONDS for a lock."""
-    return Database(kb.db.url, min(BRIEF_WRITE_SECONDS, kb.db.busy_timeout_seconds))
+def _brief_wait(kb: Kb) -> float:
+    """A refusal's or a use's wait for a lock: BRIEF_WRITE_SECONDS at most."""
+    return min(BRIEF_WRITE_SECONDS, kb.db.busy_timeout_seconds)
 
 
 def _use_due(kb: Kb, user: UserRow) -> bool:
@@ -336,14 +333,11 @@ def _minute_ago(kb: Kb) -> str:
 
 def note_use(kb: Kb, name: str) -> None:
     """Write when the user's token was accepted, at most once a minute per user (the
-    guarded UPDATE decides between racing commands). Best effort and brief: its own
-    connection waits at most 0.1 s for a locked database, and a busy or read-only
+    guarded UPDATE decides between racing commands). Best effort and brief: it waits
+    at most 0.1 s for a locked database, and a busy or read-only
     database is ignored, so a read-only command never fails or waits because of it."""
-    database = _brief_database(kb)
     try:
-        with database.write() as conn:
+        with kb.db.write(lock_wait_seconds=_brief_wait(kb)) as conn:
             queries.touch_user(conn, name, format_stamp(kb.clock.now()), _minute_ago(kb))
     except Exception:
         pass
-    finally:
-        database.close()

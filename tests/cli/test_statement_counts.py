@@ -55,3 +55,17 @@ def test_a_missing_id_is_looked_up_once_in_the_guard(invoke):
     assert result.code == 3 and result.error["error"] == "not_found", result.stderr
     assert trace.prefix_lookups == 2  # as a document, then as a task for the hint
     assert trace.transactions == 2  # no write began
+
+
+def test_a_refusal_is_recorded_briefly_on_the_command_s_own_connection(invoke, reviewed):
+    """The refusal waits at most 0.1 s for a lock (so a hidden id answers as fast as a
+    missing one) without opening a second connection; the busy timeout comes back."""
+    admin = invoke("user", "add", "root", "--role", "admin", "--json").record["token"]
+    viewer = invoke("user", "add", "val", "--role", "viewer", "--json", token=admin)
+    with sql_traced() as trace:
+        result = invoke("publish", reviewed[:8], "--json", token=viewer.record["token"])
+    assert result.code == 5 and result.error["error"] == "forbidden", result.stderr
+    assert sum("journal_mode" in statement for statement in trace.statements) == 1
+    waits = [s for s in trace.statements if s.startswith("PRAGMA busy_timeout")]
+    assert waits[1:] == ["PRAGMA busy_timeout = 100", waits[0]]
+    assert any(s.startswith("INSERT INTO audit_events") for s in trace.statements)
