@@ -12,6 +12,8 @@ import pytest
 from tests.helpers import kb_env, run_kb
 from tests.terminal import ANSI, run_in_terminal
 
+pytestmark = pytest.mark.display
+
 STAGES = ("download", "parse", "embedding", "indexing", "finalizing")
 
 

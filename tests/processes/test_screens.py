@@ -9,6 +9,8 @@ from rich.cells import cell_len
 from tests.helpers import run_kb, start_kb, wait_until
 from tests.terminal import ANSI, run_in_terminal
 
+pytestmark = pytest.mark.display
+
 WIDTHS = (80, 200)
 LONG_NAME = "Quarterly report for the board of directors, final version 2026.md"
 CHINESE_NAME = "员工手册（二零二六年版）.md"

@@ -3,10 +3,13 @@ and a wrapped snippet stays under its indent."""
 
 from __future__ import annotations
 
+import pytest
 from rich.cells import cell_len
 
 from tests.helpers import ingest, publish, run_kb
 from tests.terminal import ANSI, run_in_terminal
+
+pytestmark = pytest.mark.display
 
 LONG_NAME = "Business travel and expenses handbook for engineering staff, 2026 edition.md"
 ENGLISH = (
