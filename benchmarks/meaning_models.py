@@ -22,7 +22,8 @@ Speed is the candidate's own `embed` time over the corpora's chunks (the batches
 worker sends), on one core: run the script under `taskset -c 0` with OMP_NUM_THREADS=1
 (it sets the thread variables itself; taskset is up to the caller).
 
-    taskset -c 0 uv run python benchmarks/meaning_models.py [--candidate NAME ...] [--json]
+    taskset -c 0 uv run python benchmarks/meaning_models.py [--candidate NAME] [--corpus NAME]
+        [--json]        (--candidate and --corpus repeatable)
 """
 
 from __future__ import annotations
@@ -421,9 +422,10 @@ def table(reports: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidate", action="append", choices=sorted(candidates()))
+    parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
     parser.add_argument("--json", action="store_true", help="one JSON object per candidate")
     args = parser.parse_args()
-    corpora = retrieval.load_corpora(None)
+    corpora = retrieval.load_corpora(args.corpus)
     sets = question_sets(corpora)
     reports = []
     for name in args.candidate or list(candidates()):
