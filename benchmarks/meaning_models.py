@@ -293,11 +293,12 @@ def candidates() -> dict:
         "wordllama-256+cedict": wordllama(expand=DictionaryExpansion),
         "e5-small-q4": e5,
         "e5-input-table": lambda: Candidate(E5InputTable()),
+        "e5-input-table+cedict": lambda: Candidate(E5InputTable(), None, DictionaryExpansion()),
     }
 
 
 # A candidate that only changes the question searches the homes of the model it uses.
-HOME_OF = {"wordllama-256+cedict": "wordllama-256"}
+HOME_OF = {"wordllama-256+cedict": "wordllama-256", "e5-input-table+cedict": "e5-input-table"}
 
 
 @dataclass
