@@ -34,7 +34,7 @@ CANDIDATES = 50
 # A document's n-th hit scores its score times this to the power n - 1 (the printed
 # score): three chunks of one page yield to another page's close second without ever
 # passing above a better score. Chosen on benchmarks/retrieval.py at passage level.
-REPEAT_DISCOUNT = 0.9
+REPEAT_DISCOUNT = 0.97
 MAX_CONTEXT = 10  # --context: neighbours on each side
 # Bounds on what reaches SQL: each term and phrase is a parameter of one statement.
 MAX_QUERY_CHARS = 10_000
