@@ -121,21 +121,23 @@ def best_per_document(hits: list[Hit], document_of: Callable[[int], Hashable]) -
 
 
 def discount_repeats(
-    hits: list[Hit], document_of: Callable[[int], Hashable], factor: float
+    hits: list[Hit], document_of: Callable[[int], Hashable], factor: float, head: int = 0
 ) -> list[Hit]:
     """The hits re-scored and re-sorted: a document's n-th hit (in its own order) scores
     its score times factor ** (n - 1), so a page's later chunks yield to other pages'
     close ones without ever passing above a better score. The discount is the score
-    that is printed: scores never rise down the list."""
+    that is printed: scores never rise down the list. The first `head` hits (a
+    reranker's, whose scores are on another scale) stay before the rest, each part
+    sorted on its own."""
     counts: dict[Hashable, int] = defaultdict(int)
     discounted = []
     for order, hit in enumerate(hits):
         document = document_of(hit[0])
         score = hit[1] * factor ** counts[document]
         counts[document] += 1
-        discounted.append((order, (hit[0], score, *hit[2:])))
-    discounted.sort(key=lambda item: (-item[1][1], item[0]))
-    return [hit for _order, hit in discounted]
+        discounted.append((order >= head, -score, order, (hit[0], score, *hit[2:])))
+    discounted.sort(key=lambda item: item[:3])
+    return [item[3] for item in discounted]
 
 
 def collapse_copies(hits: list[Hit], text_of: Callable[[int], str]) -> list[tuple[Hit, list[int]]]:

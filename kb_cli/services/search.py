@@ -102,11 +102,11 @@ def search(
 
         collapsed = collapse_copies(ranked, lambda chunk_id: details[chunk_id].text)
         copies = {hit[0]: [details[c] for c in others] for hit, others in collapsed}
-        ranked = _reranked(kb, text, [hit for hit, _others in collapsed], details, result)
+        ranked, reranked = _reranked(kb, text, [hit for hit, _others in collapsed], details, result)
         if per_document:
             ranked = best_per_document(ranked, document_of)
         else:
-            ranked = discount_repeats(ranked, document_of, REPEAT_DISCOUNT)
+            ranked = discount_repeats(ranked, document_of, REPEAT_DISCOUNT, reranked)
         shown = [(details[hit[0]], hit, copies.get(hit[0], [])) for hit in ranked]
         result.hits = _hits(conn, shown, limit, query, context)
     return result
@@ -133,20 +133,22 @@ def _candidates(
     return single(lexical, lexical=True) if lexical else single(vector, lexical=False)
 
 
-def _reranked(kb: Kb, text: str, ranked: list[Hit], details, result: SearchResult) -> list[Hit]:
-    """The first KB_RERANK_DEPTH candidates in the reranker's order; a reranker that
-    fails leaves the order as it was, with a warning."""
+def _reranked(
+    kb: Kb, text: str, ranked: list[Hit], details, result: SearchResult
+) -> tuple[list[Hit], int]:
+    """The first KB_RERANK_DEPTH candidates in the reranker's order, and how many it
+    scored; a reranker that fails leaves the order as it was, with a warning."""
     reranker = kb.reranker
     if reranker is None or not ranked:
-        return ranked
+        return ranked, 0
     head = ranked[: kb.settings.rerank.depth]
     passages = [contextual_text(details[hit[0]].context, details[hit[0]].text) for hit in head]
     try:
         scores = reranker.rerank(text, passages)
     except (ProviderUnavailable, ProviderRejected) as error:
         result.warnings.append(f"{error.message}; results are not reranked")
-        return ranked
-    return rerank(ranked, scores)
+        return ranked, 0
+    return rerank(ranked, scores), min(len(scores), len(head))
 
 
 def _vector_ranking(

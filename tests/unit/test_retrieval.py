@@ -95,6 +95,11 @@ def test_a_documents_later_hits_are_discounted_in_the_score_they_show():
     close = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None)]
     assert [hit[0] for hit in discount_repeats(close, document.get, 0.9)] == [1, 2, 3]
     assert discount_repeats(hits, document.get, 1.0) == hits
+    # A reranker's head (scores on its own scale) stays first, each part in score order.
+    reranked = [(4, 0.2, 4, None), (3, 0.1, 3, None), (1, 0.9, 1, None), (2, 0.8, 2, None)]
+    kept = discount_repeats(reranked, document.get, 0.9, head=2)
+    assert [hit[0] for hit in kept] == [4, 3, 1, 2]
+    assert [hit[1] for hit in kept] == pytest.approx([0.2, 0.1, 0.81, 0.648])
 
 
 def test_copies_collapse_into_the_first_hit_that_holds_their_text():
