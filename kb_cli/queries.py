@@ -1223,9 +1223,9 @@ def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Chunk
     if not names:
         return {}
     sql = (
-        "SELECT c.id, c.document_id, d.base, coalesce(r.filename, d.filename), c.revision,"
-        " c.chunk_index, c.text, c.page, c.heading, c.context,"
-        f" coalesce(r.content_type, d.content_type) {_PUBLISHED_CHUNKS}"
+        "SELECT c.id, c.document_id, d.base, coalesce(r.filename, d.filename) AS filename,"
+        " c.revision, c.chunk_index, c.text, c.page, c.heading, c.context,"
+        f" coalesce(r.content_type, d.content_type) AS content_type {_PUBLISHED_CHUNKS}"
         f" LEFT JOIN {REVISIONS} AS r ON r.document_id = c.document_id"
         " AND r.revision = c.revision"
         f" WHERE c.id IN ({', '.join(':' + n for n in names)})"
