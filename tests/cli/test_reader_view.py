@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kb_cli.chunking import chunk_blocks
 from kb_cli.parsers import text as text_parser
-from tests.helpers import hits, ingest, publish
+from tests.helpers import db_rows, hits, ingest, publish
 
 POLICY = (
     "# Receipts\n\nKeep every receipt for seven years. The finance team audits receipts "
@@ -85,3 +85,7 @@ def test_after_a_replace_every_hit_names_the_file_it_came_from(invoke, tmp_path)
     assert "published_file" not in invoke("status", document_id, "--json").record
     same = invoke("upload", str(second), "--replace", document_id)
     assert same.code == 0 and "differs" not in same.stderr
+    files = "SELECT revision FROM document_revisions WHERE document_id = :id ORDER BY revision"
+    assert [row["revision"] for row in db_rows(files, id=document_id)] == [1, 2, 3]
+    assert invoke("delete", document_id, "--yes", "--json").code == 0
+    assert db_rows(files, id=document_id) == []  # the files of its revisions go with it
