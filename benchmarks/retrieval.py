@@ -5,15 +5,19 @@ and source (SOURCE.md), and questions.jsonl: questions written as users ask them
 each naming the page(s) that answer it. This script ingests every corpus into a
 fresh home of its own (upload, the worker, publish: the real pipeline, in-process),
 then asks every question through `kb search` in each configuration and prints, per
-corpus and per language, hit@1, hit@3 and MRR side by side:
+corpus and per language, hit@1, hit@3 and MRR side by side, at two levels:
 
   default       `kb search Q` (hybrid when the chunks have vectors)
   per-document  `kb search Q --per-document`
   lexical       `kb search Q --mode lexical`
   vector        `kb search Q --mode vector`
 
-A question is a hit at k when a page it names is among the first k hits, as a person
-reading the results sees them; MRR uses the first 10 hits.
+Document level: a question is a hit at k when a page it names is among the first k
+hits, as a person reading the results sees them. Passage level (the questions that
+give `answer`, strings written from the answering page): a hit at k when one of the
+first k hits' text holds an answer (whitespace runs as one space, case folded), as
+`kb eval` scores it. MRR uses the first 10 hits. `--discount X` ranks with another
+REPEAT_DISCOUNT (kb_cli/services/search.py), to compare orderings.
 
     uv run python benchmarks/retrieval.py [--corpus NAME ...] [--json] [--misses]
 """
@@ -81,13 +85,25 @@ def ingest(corpus: Corpus, home: Path):
     return kb
 
 
-def first_rank(kb, question: dict, config: dict) -> int | None:
-    """The 1-based rank of the first hit from an expected page, as the hits are printed."""
+def first_ranks(kb, question: dict, config: dict) -> tuple[int | None, int | None]:
+    """The 1-based ranks, as the hits are printed, of the first hit from an expected page
+    and of the first hit holding an answer (None: not in the first DEPTH, or no answer)."""
     from kb_cli.services.search import search
 
     hits = search(kb, question["question"], limit=DEPTH, **config).hits
     expected = set(question["expected"])
-    return next((rank for rank, hit in enumerate(hits, 1) if hit.filename in expected), None)
+    page = next((rank for rank, hit in enumerate(hits, 1) if hit.filename in expected), None)
+    answers = question.get("answer", [])
+    answers = [folded(a) for a in ([answers] if isinstance(answers, str) else answers)]
+    passage = next(
+        (rank for rank, hit in enumerate(hits, 1) if any(a in folded(hit.text) for a in answers)),
+        None,
+    )
+    return page, passage
+
+
+def folded(text: str) -> str:
+    return " ".join(text.split()).casefold()
 
 
 def score(ranks: list[int | None]) -> dict[str, float]:
@@ -100,31 +116,46 @@ def score(ranks: list[int | None]) -> dict[str, float]:
 
 
 def evaluate(kb, corpus: Corpus) -> dict[str, list[int | None]]:
-    return {
-        name: [first_rank(kb, question, config) for question in corpus.questions]
-        for name, config in CONFIGS.items()
-    }
+    """Per configuration, the document-level ranks (`name`) and the passage-level ranks
+    of the questions that give an answer (`name:passage`)."""
+    ranks: dict[str, list[int | None]] = {}
+    answered = [bool(question.get("answer")) for question in corpus.questions]
+    for name, config in CONFIGS.items():
+        pairs = [first_ranks(kb, question, config) for question in corpus.questions]
+        ranks[name] = [page for page, _passage in pairs]
+        ranks[f"{name}:passage"] = [
+            passage for (_page, passage), has in zip(pairs, answered, strict=True) if has
+        ]
+    return ranks
 
 
 def table(rows: list[tuple[str, str, int, dict[str, list]]]) -> str:
-    head = "| corpus | lang | questions | " + " | ".join(
-        f"{name} hit@1 / hit@{K} / MRR" for name in CONFIGS
+    """One row per corpus (and language): per configuration, documents and passages."""
+    head = "| corpus | lang | questions (with answer) | " + " | ".join(
+        f"{name}: documents / passages, hit@1 / hit@{K} / MRR" for name in CONFIGS
     )
     lines = [head + " |", "|" + " --- |" * (3 + len(CONFIGS))]
     for corpus, language, count, ranks in rows:
         cells = []
         for name in CONFIGS:
-            s = score(ranks[name])
-            cells.append(f"{s['hit@1']:.2f} / {s[f'hit@{K}']:.2f} / {s['mrr']:.2f}")
-        lines.append(f"| {corpus} | {language} | {count} | " + " | ".join(cells) + " |")
+            d, p = score(ranks[name]), score(ranks[f"{name}:passage"])
+            passages = f"{p['hit@1']:.2f} / {p[f'hit@{K}']:.2f} / {p['mrr']:.2f}"
+            cells.append(
+                f"{d['hit@1']:.2f} / {d[f'hit@{K}']:.2f} / {d['mrr']:.2f} ; "
+                + (passages if ranks[f"{name}:passage"] else "-")
+            )
+        answered = len(ranks["default:passage"])
+        lines.append(
+            f"| {corpus} | {language} | {count} ({answered}) | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
 
 
 def by_language(rows) -> list[tuple[str, str, int, dict[str, list]]]:
     merged: dict[str, dict[str, list]] = {}
     for _corpus, language, _count, ranks in rows:
-        into = merged.setdefault(language, {name: [] for name in CONFIGS})
-        for name in CONFIGS:
+        into = merged.setdefault(language, {name: [] for name in ranks})
+        for name in ranks:
             into[name].extend(ranks[name])
     return [
         (f"**all {language}**", language, len(r["default"]), r) for language, r in merged.items()
@@ -137,7 +168,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per corpus")
     parser.add_argument("--misses", action="store_true", help="list the default's misses")
     parser.add_argument("--keep", type=Path, help="build (or reuse) the homes in this folder")
+    parser.add_argument("--discount", type=float, help="rank with this REPEAT_DISCOUNT")
     args = parser.parse_args()
+    if args.discount is not None:
+        from kb_cli.services import search
+
+        search.REPEAT_DISCOUNT = args.discount
     os.environ.setdefault("KB_EMBEDDINGS", "local")
     rows = []
     with tempfile.TemporaryDirectory(prefix="kb-retrieval-") as scratch:
@@ -163,6 +199,10 @@ def main() -> None:
                 for question, rank in zip(corpus.questions, ranks["default"], strict=True):
                     if rank is None or rank > K:
                         print(f"miss {corpus.name}: {question['question']} -> {rank}")
+                answered = [question for question in corpus.questions if question.get("answer")]
+                for question, rank in zip(answered, ranks["default:passage"], strict=True):
+                    if rank is None or rank > K:
+                        print(f"passage miss {corpus.name}: {question['question']} -> {rank}")
     if not args.json:
         print(table(rows + by_language(rows)))
 

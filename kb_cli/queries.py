@@ -38,6 +38,7 @@ BASES, TEAMS, USER_TEAMS = "bases", "teams", "user_teams"
 BASE_TEAMS, BASE_GRANTS = "base_teams", "base_grants"
 DELETED = "deleted_documents"
 ARTEFACTS = "parse_artefacts"
+REVISIONS = "document_revisions"
 # A document being deleted is gone for every command already (its rows go in batches).
 _NOT_DELETING = f"d.status <> '{DocStatus.DELETING}'"
 
@@ -680,10 +681,47 @@ def delete_document_tasks(conn: Connection, document_id: str) -> int:
 
 
 def delete_document_row(conn: Connection, document_id: str) -> bool:
-    """The last step of a delete: only a document marked deleting, with no chunk left."""
+    """The last step of a delete: only a document marked deleting, with no chunk left
+    (and the files of its revisions with it)."""
     sql = f"""DELETE FROM {DOCUMENTS} WHERE id = :id AND status = '{DocStatus.DELETING}'
         AND NOT EXISTS (SELECT 1 FROM {CHUNKS} WHERE document_id = :id)"""
-    return conn.execute(sql, {"id": document_id}).rowcount == 1
+    if conn.execute(sql, {"id": document_id}).rowcount != 1:
+        return False
+    conn.execute(f"DELETE FROM {REVISIONS} WHERE document_id = :id", {"id": document_id})
+    return True
+
+
+# --- the file of each revision ---------------------------------------------------------
+
+
+def insert_revision_file(
+    conn: Connection, document_id: str, revision: int, filename: str, content_type: str, at: str
+) -> None:
+    """Which file a revision was made from (upload, replace)."""
+    _insert(
+        conn,
+        REVISIONS,
+        {
+            "document_id": document_id,
+            "revision": revision,
+            "filename": filename,
+            "content_type": content_type,
+            "created_at": at,
+        },
+    )
+
+
+class RevisionFile(NamedTuple):
+    filename: str
+    content_type: str
+
+
+def revision_file(conn: Connection, document_id: str, revision: int) -> RevisionFile | None:
+    """The file a revision was made from; None for a revision older than that record."""
+    sql = f"""SELECT filename, content_type FROM {REVISIONS}
+        WHERE document_id = :id AND revision = :revision"""
+    row = conn.execute(sql, {"id": document_id, "revision": revision}).first()
+    return None if row is None else RevisionFile._make(row)
 
 
 def revision_has_chunks(conn: Connection, document_id: str, revision: int) -> bool:
@@ -1168,23 +1206,28 @@ class ChunkDetail(NamedTuple):
     id: int
     document_id: str
     base: str
-    filename: str
+    filename: str  # of the revision served
     revision: int
     chunk_index: int
     text: str
     page: int | None
     heading: str | None
     context: str | None
+    content_type: str  # of the revision served
 
 
 def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, ChunkDetail]:
-    """What a hit shows, by chunk id."""
+    """What a hit shows, by chunk id: the file is the served revision's (the document
+    row names the newest file, which may be a candidate's not yet published)."""
     names = [f"c{i}" for i in range(len(chunk_ids))]
     if not names:
         return {}
     sql = (
-        "SELECT c.id, c.document_id, d.base, d.filename, c.revision, c.chunk_index, c.text, c.page,"
-        f" c.heading, c.context {_PUBLISHED_CHUNKS}"
+        "SELECT c.id, c.document_id, d.base, coalesce(r.filename, d.filename) AS filename,"
+        " c.revision, c.chunk_index, c.text, c.page, c.heading, c.context,"
+        f" coalesce(r.content_type, d.content_type) AS content_type {_PUBLISHED_CHUNKS}"
+        f" LEFT JOIN {REVISIONS} AS r ON r.document_id = c.document_id"
+        " AND r.revision = c.revision"
         f" WHERE c.id IN ({', '.join(':' + n for n in names)})"
     )
     rows = conn.execute(sql, dict(zip(names, chunk_ids, strict=True)))

@@ -1,5 +1,5 @@
 """Ranking arithmetic, free of the database: BM25, vector similarity, Reciprocal Rank
-Fusion, one hit per document."""
+Fusion, one hit per document, repeats discounted, copies collapsed."""
 
 from __future__ import annotations
 
@@ -120,17 +120,45 @@ def best_per_document(hits: list[Hit], document_of: Callable[[int], Hashable]) -
     return best
 
 
-def spread(hits: list[Hit], document_of: Callable[[int], Hashable], first_hits: int) -> list[Hit]:
-    """The hits in order, except that a document's hits after its first `first_hits`
-    move behind every other document's: the top of a result shows several documents."""
+def discount_repeats(
+    hits: list[Hit], document_of: Callable[[int], Hashable], factor: float, head: int = 0
+) -> list[Hit]:
+    """The hits re-scored and re-sorted: a document's n-th hit (in its own order) scores
+    its score times factor ** (n - 1), so a page's later chunks yield to other pages'
+    close ones without ever passing above a better score. The discount is the score
+    that is printed: scores never rise down the list. The first `head` hits (a
+    reranker's, whose scores are on another scale) stay before the rest, each part
+    sorted on its own."""
     counts: dict[Hashable, int] = defaultdict(int)
-    first: list[Hit] = []
-    later: list[Hit] = []
-    for hit in hits:
+    discounted = []
+    for order, hit in enumerate(hits):
         document = document_of(hit[0])
+        score = hit[1] * factor ** counts[document]
         counts[document] += 1
-        (first if counts[document] <= first_hits else later).append(hit)
-    return first + later
+        discounted.append((order >= head, -score, order, (hit[0], score, *hit[2:])))
+    discounted.sort(key=lambda item: item[:3])
+    return [item[3] for item in discounted]
+
+
+def collapse_copies(hits: list[Hit], text_of: Callable[[int], str]) -> list[tuple[Hit, list[int]]]:
+    """Each hit with the chunk ids of its lower-ranked copies (the same text once runs of
+    whitespace are one space), which are dropped: a text held by several documents is
+    one hit that names the others."""
+    first_of: dict[str, int] = {}
+    kept: list[tuple[Hit, list[int]]] = []
+    for hit in hits:
+        key = normalised(text_of(hit[0]))
+        if key in first_of:
+            kept[first_of[key]][1].append(hit[0])
+            continue
+        first_of[key] = len(kept)
+        kept.append((hit, []))
+    return kept
+
+
+def normalised(text: str) -> str:
+    """Text compared as a reader sees it: whitespace runs as one space, no ends."""
+    return " ".join(text.split())
 
 
 def rerank(hits: list[Hit], scores: list[float]) -> list[Hit]:

@@ -9,7 +9,7 @@ immutable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 
@@ -173,6 +173,9 @@ class DocumentRecord:
     archived_revision: int | None
     rejected_reason: str | None
     latest_task: TaskRecord | None
+    # One document's record only: the served revision's file when it is not `filename`
+    # (a replace not yet published), as {"filename", "content_type"}; else left out.
+    published_file: dict[str, str] | None = None
 
     @classmethod
     def from_listing(cls, values: tuple[Any, ...]) -> DocumentRecord:
@@ -186,6 +189,8 @@ class DocumentRecord:
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["latest_task"] = self.latest_task.to_dict() if self.latest_task else None
+        if self.published_file is None:
+            del data["published_file"]
         return data
 
 
@@ -273,6 +278,9 @@ class SearchHit:
     snippet: str
     # --context: the first and last chunk the passage in `text` covers; else None.
     passage: tuple[int, int] | None = None
+    content_type: str | None = None  # of the revision served, like filename
+    # Other documents holding the same text (whitespace aside): {document_id, filename}.
+    also_in: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         record = dict(self.__dict__)

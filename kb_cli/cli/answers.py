@@ -96,20 +96,38 @@ def eval_command(
             help="Exit 4 when hit@K is below X (a rate from 0 to 1).",
         ),
     ] = None,
+    min_passage_hit_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--min-passage-hit-rate",
+            metavar="X",
+            min=0,
+            max=1,
+            callback=finite_number,
+            help="Exit 4 when the passage hit@K (questions with an answer) is below X.",
+        ),
+    ] = None,
     base: BaseOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Score search on a fixed question set: hit@1, hit@k, recall@k, MRR, leaks.
 
-    Each question is searched as the caller, one hit per document. Exits 4 when hit@k
-    is below --min-hit-rate or any forbidden document was returned.
+    Each question is searched as the caller, one hit per document; a question that
+    gives "answer" is also scored by passage (a hit among the top K holding it). Exits 4
+    when hit@k is below --min-hit-rate, the passage hit@k below --min-passage-hit-rate,
+    or any forbidden document was returned.
 
     Example: kb eval sample_docs/knowledge/questions.jsonl --k 3 --min-hit-rate 0.9
     """
-    from kb_cli.errors import QualityBelowThreshold
+    from kb_cli.errors import QualityBelowThreshold, UsageError
     from kb_cli.services import evaluation
 
     questions = evaluation.load_questions(questions_file)
+    if min_passage_hit_rate is not None and not any(q.answer for q in questions):
+        raise UsageError(
+            '--min-passage-hit-rate needs questions that give an "answer"; '
+            f"none in {questions_file.name!r} does"
+        )
     results, summary = evaluation.evaluate(
         open_kb(ctx, EVAL, base, create=False), questions, k, base
     )
@@ -122,4 +140,10 @@ def eval_command(
     if min_hit_rate is not None and summary.hit_at_k < min_hit_rate:
         raise QualityBelowThreshold(
             f"hit@{k} {summary.hit_at_k:.2f} is below --min-hit-rate {min_hit_rate:g}"
+        )
+    passage = summary.passage_hit_at_k
+    if min_passage_hit_rate is not None and passage is not None and passage < min_passage_hit_rate:
+        raise QualityBelowThreshold(
+            f"passage hit@{k} {passage:.2f} is below --min-passage-hit-rate "
+            f"{min_passage_hit_rate:g}"
         )

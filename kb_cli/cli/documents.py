@@ -74,7 +74,10 @@ def upload(
                 "submit or retry afterwards"
             )
         kb, grant = open_granted(ctx, REPLACE, replace)
-        records: list[Any] = [documents.replace_file(kb, files[0], grant.full_id)]
+        replaced = documents.replace(kb, files[0], grant.full_id)
+        if replaced.renamed:
+            console.warn(f"the new file differs in name or type: {replaced.renamed}")
+        records: list[Any] = [replaced.record]
     else:
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE)
         uploaded = documents.upload(kb, files, submit=submit, base=base or DEFAULT_BASE)

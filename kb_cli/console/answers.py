@@ -37,8 +37,11 @@ def _where(hit: SearchHit) -> str:
         if rank is not None
     )
     chunks = f" chunks={hit.passage[0]}-{hit.passage[1]}" if hit.passage else ""
+    copies = ",".join(visible(copy["filename"]) for copy in hit.also_in)
+    also = f" also_in={quoted(copies)}" if copies else ""
     return (
-        f"{visible(hit.filename)} rev={hit.revision} chunk={hit.chunk_index}{place}{ranks}{chunks}"
+        f"{visible(hit.filename)} rev={hit.revision} chunk={hit.chunk_index}{place}{ranks}"
+        f"{chunks}{also}"
     )
 
 
@@ -68,12 +71,22 @@ def print_eval(results: list[Any], summary: Any) -> None:
     for result in results:
         rank = f"#{result.first_expected_rank}" if result.first_expected_rank else "miss"
         leak = f"  LEAK {', '.join(result.forbidden_returned)}" if result.forbidden_returned else ""
-        emit(f"{rank:>4}  {result.question}  -> {', '.join(result.expected)}{leak}")
+        answer = ""
+        if result.answer:
+            found = f"#{result.first_answer_rank}" if result.first_answer_rank else "miss"
+            answer = f"  answer {found}"
+        emit(f"{rank:>4}  {result.question}  -> {', '.join(result.expected)}{answer}{leak}")
     emit(
         f"{summary.questions} questions, k={summary.k}: hit@1 {summary.hit_at_1:.2f}  "
         f"hit@{summary.k} {summary.hit_at_k:.2f}  recall@{summary.k} {summary.recall_at_k:.2f}  "
         f"MRR {summary.mrr:.2f}  forbidden returned {summary.forbidden_leaks}"
     )
+    if summary.passage_questions:
+        emit(
+            f"passages ({summary.passage_questions} questions with an answer): "
+            f"hit@1 {summary.passage_hit_at_1:.2f}  hit@{summary.k} "
+            f"{summary.passage_hit_at_k:.2f}  MRR {summary.passage_mrr:.2f}"
+        )
 
 
 def _print_hits_on_terminal(hits: list[SearchHit]) -> None:

@@ -68,6 +68,8 @@ def document_line(document: DocumentRecord) -> str:
         parts.append(f"unpublished_revision={document.archived_revision}")
     if document.rejected_reason:
         parts.append(f"rejected={quoted(document.rejected_reason)}")
+    if document.published_file is not None:
+        parts.append(f"published_file={quoted(document.published_file['filename'])}")
     task = document.latest_task
     if task:
         parts += [
@@ -128,6 +130,15 @@ def task_panel(task: TaskRecord, filename: str | None = None):
     )
 
 
+def _published_file(document: DocumentRecord) -> list[tuple[str, str]]:
+    """The served revision's file, when a replace not yet published changed it."""
+    file = document.published_file
+    if file is None:
+        return []
+    name, kind = file["filename"], file["content_type"]
+    return [("serving", cell(f"{name} ({kind}), revision {document.published_revision}"))]
+
+
 def document_panel(document: DocumentRecord):
     published = document.published_revision
     fields = [
@@ -137,6 +148,7 @@ def document_panel(document: DocumentRecord):
         ("sha256", document.sha256[:16] + "…"),
         ("version", str(document.version)),
         ("revision", f"{document.revision} (published: {published or 'none yet'})"),
+        *_published_file(document),
         ("created", document.created_at),
         ("updated", document.updated_at),
     ]

@@ -7,6 +7,7 @@ them (isolated.py) import it, never the package, and no import circle forms.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,28 @@ class Block:
     parents: tuple[str, ...] = ()  # the headings above `heading`, outermost first
 
 
+# What site generators add to a heading for links and styles, not words of its title:
+# `{#anchor}`, `{.class}`, `{#id .class key=value}` (Pandoc, kramdown `{: #id}`,
+# VitePress, MkDocs attr_list) and the permalink mark of rendered pages (Sphinx's `¶`,
+# "Permalink to this heading").
+_ATTRIBUTES = re.compile(r"\s*\{:?\s*[#.][^{}]*\}\s*$")
+_PERMALINK = re.compile(
+    r"\s*(?:[¶§🔗]|Permalink to this (?:heading|headline|section|title))\s*$", re.IGNORECASE
+)
+
+
+def clean_heading(text: str) -> str:
+    """A heading without generator attributes and permalink marks at its end (the
+    heading itself when nothing else is left)."""
+    cleaned = text
+    while True:
+        shorter = _PERMALINK.sub("", _ATTRIBUTES.sub("", cleaned))
+        if shorter == cleaned:
+            break
+        cleaned = shorter
+    return cleaned.strip() or text
+
+
 class HeadingPath:
     """The headings enclosing the current position, as a parser meets them in order."""
 
@@ -90,7 +113,7 @@ class HeadingPath:
         """A heading of `level` (1 = outermost) closes every heading at or below it."""
         while self._open and self._open[-1][0] >= level:
             self._open.pop()
-        self._open.append((level, text))
+        self._open.append((level, clean_heading(text)))
 
     def block(self, text: str, page: int | None = None) -> Block:
         """A block of text under the current headings."""

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from kb_cli.errors import ParseError
-from kb_cli.parsers.common import Block, Budget, HeadingPath, ProgressCallback
+from kb_cli.parsers.common import Block, Budget, HeadingPath, ProgressCallback, clean_heading
 
 # Tried in order. GB18030 is a superset of GBK and GB2312, the legacy encodings most
 # often met in Chinese text; latin-1 decodes any bytes, so the chain always ends.
@@ -15,6 +15,9 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _TITLE = re.compile(r"^title:\s*(\S.*)$")
 MAX_FRONT_MATTER_LINES = 200
+# A reStructuredText link target (`.. _label:`): markup that names the next heading,
+# no text of the page.
+_RST_TARGET = re.compile(r"^\.\. _[^:]+:\s*$")
 _ADORNMENT_CHARS = "=-~^\"'`#*+:._"
 MAX_TITLE_CHARS = 120
 
@@ -36,7 +39,10 @@ def parse(
     text = budget.add(decode(path.read_bytes())).replace("\r\n", "\n").replace("\r", "\n")
     if "\x00" in text:
         raise ParseError("binary content (NUL bytes) in a text file")
-    blocks = _sections(text.split("\n"), markdown)
+    lines = text.split("\n")
+    if not markdown:
+        lines = [line for line in lines if not _RST_TARGET.match(line)]
+    blocks = _sections(lines, markdown)
     on_progress(1, 1)
     return [block for block in blocks if block.text.strip()]
 
@@ -77,7 +83,7 @@ def _sections(lines: list[str], markdown: bool) -> list[Block]:
             continue
         blocks.append(path.block("\n".join(body)))
         path.enter(level, heading)
-        body = [heading]
+        body = [clean_heading(heading)]
         i += used
     blocks.append(path.block("\n".join(body)))
     return blocks

@@ -135,7 +135,21 @@ def _duplicates(conn: Connection, base: str, inserted: list[_Inserted]) -> list[
     return found
 
 
+@dataclass(frozen=True)
+class Replaced:
+    """A replace's record, and what changed of the file besides its content (its name
+    or type, as "a.md (text/markdown) -> b.txt (text/plain)"), for a warning."""
+
+    record: DocumentRecord
+    renamed: str | None
+
+
 def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
+    """`replace`'s record alone."""
+    return replace(kb, path, document_id).record
+
+
+def replace(kb: Kb, path: Path, document_id: str) -> Replaced:
     """Give a draft, failed or published document a new source file and revision."""
     [upload] = _check_files([path], kb.settings.max_upload_bytes)
     with kb.db.read() as conn:
@@ -145,10 +159,13 @@ def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
         with kb.db.write() as conn:
             document = queries.existing_document(conn, document_id, lock=True)
             require_status(document, REPLACEABLE, "replace")
+            renamed = _renamed(document, upload)
+            revision = document.revision + 1
             # A published (or unpublished) document goes back to draft; draft and failed
             # keep their status so that `retry` reprocesses a failed document's new file.
             served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
             new_status = DocStatus.DRAFT if document.status in served else document.status
+            now = kb.timestamp()
             move_document(
                 conn,
                 document,
@@ -156,14 +173,17 @@ def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
                 actor=kb.actor.name,
                 action="replace",
                 required=True,
-                detail=f"revision {document.revision + 1}",
+                detail=f"revision {revision}" + (f": {renamed}" if renamed else ""),
                 filename=upload.filename,
                 content_type=upload.kind.content_type,
                 size_bytes=obj.size_bytes,
                 sha256=obj.sha256,
                 object_key=obj.key,
-                revision=document.revision + 1,
-                updated_at=kb.timestamp(),
+                revision=revision,
+                updated_at=now,
+            )
+            queries.insert_revision_file(
+                conn, document_id, revision, upload.filename, upload.kind.content_type, now
             )
             queries.delete_artefacts(conn, document_id)  # parses of the superseded file
             record = document_record(conn, document_id)
@@ -172,7 +192,16 @@ def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
         raise
     # The old file is no longer needed: the published revision lives on as chunks.
     kb.store.delete(document.object_key)
-    return record
+    return Replaced(record, renamed)
+
+
+def _renamed(document: DocumentRow, upload: _Upload) -> str | None:
+    """The old and new file, when the new one has another name or type."""
+    old = (document.filename, document.content_type)
+    new = (upload.filename, upload.kind.content_type)
+    if old == new:
+        return None
+    return f"{old[0]} ({old[1]}) -> {new[0]} ({new[1]})"
 
 
 def submit_document(kb: Kb, document_id: str) -> TaskRecord:
@@ -236,7 +265,13 @@ def document_record(conn: Connection, document_id: str) -> DocumentRecord:
     rows = queries.list_documents(conn, document_id=document_id)
     if not rows:
         raise NotFoundError(f"no document with id {document_id!r}")
-    return rows[0]
+    record = rows[0]
+    served = record.published_revision
+    if served is not None and served != record.revision:
+        file = queries.revision_file(conn, document_id, served)
+        if file is not None and file != (record.filename, record.content_type):
+            record.published_file = file._asdict()
+    return record
 
 
 def list_document_records(
@@ -336,6 +371,9 @@ def _insert_document(
         latest_task_id=None,
         created_at=now,
         updated_at=now,
+    )
+    queries.insert_revision_file(
+        conn, document_id, 1, upload.filename, upload.kind.content_type, now
     )
     queries.insert_audit_events(
         conn,

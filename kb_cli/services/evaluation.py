@@ -1,18 +1,21 @@
 """`kb eval`: a fixed question set run through search, scored per question and overall.
 
 Each question is ranked at the document level (search with one hit per document), so
-"rank 2" means the second distinct document, which is what a person reading the
-results sees. Expected and forbidden documents are named by filename or document id.
+"rank 2" means the second distinct document. Expected and forbidden documents are named
+by filename or document id. A question that gives `answer` (strings, any of which
+answers it) is also ranked at the passage level: the first hit of a plain search, as a
+reader sees the list, whose text holds an answer (whitespace and case aside).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_cli.app import Kb
 from kb_cli.errors import UsageError
+from kb_cli.ranking import normalised
 from kb_cli.services.search import search
 
 
@@ -21,6 +24,7 @@ class Question:
     question: str
     expected: list[str]
     forbidden: list[str]
+    answer: list[str] = field(default_factory=list)  # empty: not scored by passage
 
 
 @dataclass
@@ -31,15 +35,29 @@ class QuestionResult:
     hit: bool
     forbidden_returned: list[str]
     expected_found: list[str]  # the expected names among the top k
+    # Passage level, when the question gives an answer (else None): the rank of the
+    # first hit holding one, whether it is in the top k, and that hit's file.
+    answer: list[str] = field(default_factory=list)
+    first_answer_rank: int | None = None
+    answer_hit: bool | None = None
+    answer_filename: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        record: dict[str, object] = {
             "question": self.question,
             "expected": self.expected,
             "first_expected_rank": self.first_expected_rank,
             "hit": self.hit,
             "forbidden_returned": self.forbidden_returned,
         }
+        if self.answer:
+            record |= {
+                "answer": self.answer,
+                "first_answer_rank": self.first_answer_rank,
+                "answer_hit": self.answer_hit,
+                "answer_filename": self.answer_filename,
+            }
+        return record
 
 
 @dataclass
@@ -51,6 +69,11 @@ class EvalSummary:
     recall_at_k: float
     mrr: float
     forbidden_leaks: int
+    # Over the questions that give an answer (None when none does).
+    passage_questions: int = 0
+    passage_hit_at_1: float | None = None
+    passage_hit_at_k: float | None = None
+    passage_mrr: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -70,12 +93,16 @@ def load_questions(path: Path) -> list[Question]:
         try:
             data = json.loads(line)
             question = Question(
-                str(data["question"]), _names(data["expected"]), _names(data.get("forbidden", []))
+                str(data["question"]),
+                _names(data["expected"]),
+                _names(data.get("forbidden", [])),
+                _answers(data.get("answer", [])),
             )
         except (ValueError, KeyError, TypeError):
             raise UsageError(
                 f"line {number} of {path.name!r} is not "
-                '{"question": "...", "expected": ["FILE or ID", ...], "forbidden": [...]}'
+                '{"question": "...", "expected": ["FILE or ID", ...], "forbidden": [...], '
+                '"answer": "TEXT" or ["TEXT", ...]}'
             ) from None
         if not question.question.strip() or not question.expected:
             raise UsageError(f"line {number} of {path.name!r} needs a question and an expected")
@@ -89,6 +116,14 @@ def _names(value) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise TypeError("a list of strings")
     return value
+
+
+def _answers(value) -> list[str]:
+    """One answer string or a list of them, none blank."""
+    answers = _names([value] if isinstance(value, str) else value)
+    if not all(answer.strip() for answer in answers):
+        raise ValueError("a blank answer")
+    return answers
 
 
 def evaluate(
@@ -111,6 +146,16 @@ def evaluate(
         mrr=round(sum(reciprocal) / count, 4),
         forbidden_leaks=sum(len(r.forbidden_returned) for r in results),
     )
+    answered = [r for r in results if r.answer]
+    if answered:
+        summary.passage_questions = len(answered)
+        summary.passage_hit_at_1 = _rate(
+            sum(r.first_answer_rank == 1 for r in answered), len(answered)
+        )
+        summary.passage_hit_at_k = _rate(sum(bool(r.answer_hit) for r in answered), len(answered))
+        summary.passage_mrr = round(
+            sum(1 / r.first_answer_rank for r in answered if r.first_answer_rank) / len(answered), 4
+        )
     return results, summary
 
 
@@ -124,9 +169,33 @@ def _ask(kb: Kb, question: Question, k: int, base: str | None) -> QuestionResult
     )
     forbidden = [name for name in question.forbidden if any(name in found for found in names)]
     expected_found = [name for name in question.expected if any(name in found for found in names)]
-    return QuestionResult(
+    result = QuestionResult(
         question.question, question.expected, rank, rank is not None, forbidden, expected_found
     )
+    if question.answer:
+        _rank_answer(kb, question, k, base, result)
+    return result
+
+
+def _rank_answer(
+    kb: Kb, question: Question, k: int, base: str | None, result: QuestionResult
+) -> None:
+    """The first hit of a plain search (top k, as a reader sees them) that holds an answer."""
+    hits = search(kb, question.question, limit=k, base=base).hits
+    answers = [holds_form(answer) for answer in question.answer]
+    rank = next(
+        (i for i, hit in enumerate(hits, 1) if any(a in holds_form(hit.text) for a in answers)),
+        None,
+    )
+    result.answer = question.answer
+    result.first_answer_rank = rank
+    result.answer_hit = rank is not None
+    result.answer_filename = hits[rank - 1].filename if rank else None
+
+
+def holds_form(text: str) -> str:
+    """Text as answers are looked for in it: whitespace runs as one space, case folded."""
+    return normalised(text).casefold()
 
 
 def _rate(part: int, whole: int) -> float:

@@ -17,10 +17,12 @@ from kb_cli.ranking import (
     Scored,
     SearchMode,
     best_per_document,
+    collapse_copies,
+    discount_repeats,
     fuse,
+    normalised,
     rerank,
     single,
-    spread,
     top_similar,
 )
 from kb_cli.records import SearchHit
@@ -29,9 +31,10 @@ from kb_cli.textsearch import Query, parse_query, script_of, snippet
 MODES = tuple(SearchMode)
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50
-# A document shows at most this many hits before every other document's hits: three
-# chunks of one page no longer push the answer out of a top 3.
-HITS_PER_DOCUMENT = 1
+# A document's n-th hit scores its score times this to the power n - 1 (the printed
+# score): three chunks of one page yield to another page's close second without ever
+# passing above a better score. Chosen on benchmarks/retrieval.py at passage level.
+REPEAT_DISCOUNT = 0.97
 MAX_CONTEXT = 10  # --context: neighbours on each side
 # Bounds on what reaches SQL: each term and phrase is a parameter of one statement.
 MAX_QUERY_CHARS = 10_000
@@ -97,12 +100,15 @@ def search(
         def document_of(chunk_id: int) -> str:
             return details[chunk_id].document_id
 
+        collapsed = collapse_copies(ranked, lambda chunk_id: details[chunk_id].text)
+        copies = {hit[0]: [details[c] for c in others] for hit, others in collapsed}
+        ranked, reranked = _reranked(kb, text, [hit for hit, _others in collapsed], details, result)
         if per_document:
             ranked = best_per_document(ranked, document_of)
         else:
-            ranked = spread(ranked, document_of, HITS_PER_DOCUMENT)
-        ranked = _reranked(kb, text, ranked, details, result)
-        result.hits = _hits(conn, [(details[hit[0]], hit) for hit in ranked], limit, query, context)
+            ranked = discount_repeats(ranked, document_of, REPEAT_DISCOUNT, reranked)
+        shown = [(details[hit[0]], hit, copies.get(hit[0], [])) for hit in ranked]
+        result.hits = _hits(conn, shown, limit, query, context)
     return result
 
 
@@ -127,20 +133,22 @@ def _candidates(
     return single(lexical, lexical=True) if lexical else single(vector, lexical=False)
 
 
-def _reranked(kb: Kb, text: str, ranked: list[Hit], details, result: SearchResult) -> list[Hit]:
-    """The first KB_RERANK_DEPTH candidates in the reranker's order; a reranker that
-    fails leaves the order as it was, with a warning."""
+def _reranked(
+    kb: Kb, text: str, ranked: list[Hit], details, result: SearchResult
+) -> tuple[list[Hit], int]:
+    """The first KB_RERANK_DEPTH candidates in the reranker's order, and how many it
+    scored; a reranker that fails leaves the order as it was, with a warning."""
     reranker = kb.reranker
     if reranker is None or not ranked:
-        return ranked
+        return ranked, 0
     head = ranked[: kb.settings.rerank.depth]
     passages = [contextual_text(details[hit[0]].context, details[hit[0]].text) for hit in head]
     try:
         scores = reranker.rerank(text, passages)
     except (ProviderUnavailable, ProviderRejected) as error:
         result.warnings.append(f"{error.message}; results are not reranked")
-        return ranked
-    return rerank(ranked, scores)
+        return ranked, 0
+    return rerank(ranked, scores), min(len(scores), len(head))
 
 
 def _vector_ranking(
@@ -175,28 +183,57 @@ def _vector_ranking(
 
 
 def _hits(
-    conn, ranked: list[tuple[queries.ChunkDetail, Hit]], limit: int, query: Query, context: int
+    conn,
+    ranked: list[tuple[queries.ChunkDetail, Hit, list[queries.ChunkDetail]]],
+    limit: int,
+    query: Query,
+    context: int,
 ) -> list[SearchHit]:
-    """The first `limit` hits; with `context`, each a passage of chunks no earlier
-    passage holds (a hit inside an earlier passage is left out: it would repeat it)."""
+    """The first `limit` hits, each naming the other documents that hold its text; with
+    `context`, each a passage of chunks no earlier passage holds (a hit inside an
+    earlier passage is left out: it would repeat it). A hit whose snippet lies within an
+    earlier hit's neighbouring chunk (the overlap chunks repeat) is left out too."""
     hits: list[SearchHit] = []
     covered: set[tuple[str, int, int]] = set()  # (document, revision, chunk index)
-    for row, (_chunk, score, lexical_rank, vector_rank) in ranked:
+    shown: dict[tuple[str, int, int], str] = {}  # the same key: the text shown
+    for row, (_chunk, score, lexical_rank, vector_rank), copies in ranked:
         if len(hits) == limit:
             break
         if (row.document_id, row.revision, row.chunk_index) in covered:
             continue
-        hit = _hit(row, score, lexical_rank, vector_rank, query)
+        hit = _hit(row, score, lexical_rank, vector_rank, query, copies)
+        if _repeats_a_neighbour(hit, shown):
+            continue
         if context:
             passage = _passage(conn, row, context, covered)
             hit.text = merge_passage([chunk.text for chunk in passage])
             hit.passage = (passage[0].chunk_index, passage[-1].chunk_index)
             covered |= {(row.document_id, row.revision, c.chunk_index) for c in passage}
+        shown[(row.document_id, row.revision, row.chunk_index)] = hit.text
         hits.append(hit)
     return hits
 
 
-def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHit:
+def _repeats_a_neighbour(hit: SearchHit, shown: dict[tuple[str, int, int], str]) -> bool:
+    """Whether the hit's snippet (its marks and cuts taken out) is part of the text of a
+    hit already shown from the chunk before or after it: the sentence both hold."""
+    if "[" not in hit.snippet:  # no words matched (a meaning hit): no sentence to compare
+        return False
+    sentence = normalised(hit.snippet.replace("[", "").replace("]", "").strip("…"))
+    for step in (-1, 1):
+        neighbour = shown.get((hit.document_id, hit.revision, hit.chunk_index + step))
+        if neighbour is not None and sentence and sentence in normalised(neighbour):
+            return True
+    return False
+
+
+def _hit(
+    row, score: float, lexical_rank, vector_rank, query: Query, copies: list[queries.ChunkDetail]
+) -> SearchHit:
+    also_in: dict[str, str] = {}
+    for copy in copies:
+        if copy.document_id != row.document_id:
+            also_in.setdefault(copy.document_id, copy.filename)
     return SearchHit(
         document_id=row.document_id,
         base=row.base,
@@ -210,6 +247,8 @@ def _hit(row, score: float, lexical_rank, vector_rank, query: Query) -> SearchHi
         page=row.page,
         heading=row.heading,
         snippet=snippet(row.text, query),
+        content_type=row.content_type,
+        also_in=[{"document_id": key, "filename": name} for key, name in also_in.items()],
     )
 
 

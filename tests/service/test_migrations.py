@@ -5,7 +5,7 @@ from __future__ import annotations
 from kb_cli import migrations
 from kb_cli.config import resolve_settings
 from kb_cli.db import Database
-from tests.helpers import ON_POSTGRES, first_revision_database, run_in_process
+from tests.helpers import ON_POSTGRES, db_rows, first_revision_database, run_in_process
 
 
 def test_a_first_revision_database_is_upgraded():
@@ -21,6 +21,10 @@ def test_a_first_revision_database_is_upgraded():
     hits = run_in_process("search", "wombat", "--json")
     assert hits.code == 0, hits.stderr
     assert [hit["filename"] for hit in hits.records] == ["old.txt"]  # indexed on upgrade
+    assert hits.records[0]["content_type"] == "text/plain"
+    # Each document's newest revision gets the row naming its file (0011).
+    files = db_rows("SELECT revision, filename, content_type FROM document_revisions")
+    assert files == [{"revision": 1, "filename": "old.txt", "content_type": "text/plain"}]
     with database.read() as conn:
         assert database.schema_version(conn) == migrations.HEAD
     again = run_in_process("db", "upgrade", "--json")

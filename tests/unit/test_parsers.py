@@ -13,6 +13,7 @@ from pypdf import PdfReader, PdfWriter
 
 from kb_cli.errors import ParseError
 from kb_cli.parsers import KINDS, Block, kind_for_filename, parse
+from kb_cli.parsers.common import clean_heading
 from tests.docgen import CHINESE_MARKDOWN, make_docx, make_encrypted_pdf, make_pdf, paged_text
 
 PDF = KINDS[".pdf"].content_type
@@ -310,3 +311,48 @@ def test_kind_for_filename_is_case_insensitive(filename: str, extension: str) ->
 )
 def test_kind_for_filename_rejects_unsupported(filename: str) -> None:
     assert kind_for_filename(filename) is None
+
+
+# --- headings without generator attributes ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("计算属性缓存 vs 方法 {#computed-caching-vs-methods}", "计算属性缓存 vs 方法"),
+        ("Path Parameters { #path-parameters }", "Path Parameters"),
+        ("Install {.tabbed}", "Install"),
+        ("Install {#install .tabbed data-x=1}", "Install"),
+        ("Setup {: #setup }", "Setup"),
+        ("Quickstart¶", "Quickstart"),
+        ("Quickstart Permalink to this heading", "Quickstart"),
+        ("C# {#c-sharp}", "C#"),
+        ("Sets {a, b}", "Sets {a, b}"),  # braces that are words stay
+        ("{#only-an-anchor}", "{#only-an-anchor}"),  # nothing else left: kept
+    ],
+)
+def test_a_heading_loses_its_generator_attributes(raw, clean):
+    assert clean_heading(raw) == clean
+
+
+def read_blocks(tmp_path: Path, name: str, text: str) -> list[Block]:
+    kind = kind_for_filename(name)
+    assert kind is not None
+    return parse_bytes(tmp_path, name, text.encode(), kind.content_type)
+
+
+def test_markdown_rst_and_html_headings_are_indexed_and_shown_clean(tmp_path):
+    markdown = read_blocks(
+        tmp_path, "a.md", "# Guide {#guide}\n\n## 计算属性缓存 vs 方法 {#computed}\n\nBody.\n"
+    )
+    assert [(b.heading, b.parents) for b in markdown][-1] == ("计算属性缓存 vs 方法", ("Guide",))
+    assert markdown[-1].text.startswith("计算属性缓存 vs 方法\n")  # the heading line of the text
+    rst = ".. _install-label:\n\nInstallation\n============\n\nRun pip.\n"
+    [block] = read_blocks(tmp_path, "a.txt", rst)
+    assert block.heading == "Installation" and "_install-label" not in block.text
+    html = (
+        "<html><body><h1>Guide<a class='headerlink' href='#guide'>¶</a></h1>"
+        "<h2 id='x'>Setup {#setup}</h2><p>Run it.</p></body></html>"
+    )
+    blocks = read_blocks(tmp_path, "a.html", html)
+    assert (blocks[-1].heading, blocks[-1].parents) == ("Setup", ("Guide",))

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kb_cli.chunking import chunk_blocks, merge_passage, with_context
 from kb_cli.parsers import Block, Budget, ParseLimits, text
-from kb_cli.ranking import fuse, rerank, spread
+from kb_cli.ranking import collapse_copies, discount_repeats, fuse, rerank
 from kb_cli.textsearch import script_of
 
 
@@ -82,11 +84,29 @@ def test_fusion_weights_the_meaning_ranking():
     assert [hit[0] for hit in weighted] == [1, 3, 2, 4]
 
 
-def test_spread_moves_a_documents_later_hits_behind_the_others():
-    hits = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None), (4, 0.6, 4, None)]
+def test_a_documents_later_hits_are_discounted_in_the_score_they_show():
+    hits = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.75, 3, None), (4, 0.6, 4, None)]
     document = {1: "a", 2: "a", 3: "b", 4: "a"}
-    assert [hit[0] for hit in spread(hits, document.get, 1)] == [1, 3, 2, 4]
-    assert [hit[0] for hit in spread(hits, document.get, 2)] == [1, 2, 3, 4]
+    # a's second hit scores 0.8 * 0.9 = 0.72, below b's 0.75; its third 0.6 * 0.81
+    discounted = discount_repeats(hits, document.get, 0.9)
+    assert [hit[0] for hit in discounted] == [1, 3, 2, 4]
+    assert [hit[1] for hit in discounted] == pytest.approx([0.9, 0.75, 0.72, 0.486])
+    # a small gap is not bridged: a's second hit at 0.8 stays above b's 0.7
+    close = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None)]
+    assert [hit[0] for hit in discount_repeats(close, document.get, 0.9)] == [1, 2, 3]
+    assert discount_repeats(hits, document.get, 1.0) == hits
+    # A reranker's head (scores on its own scale) stays first, each part in score order.
+    reranked = [(4, 0.2, 4, None), (3, 0.1, 3, None), (1, 0.9, 1, None), (2, 0.8, 2, None)]
+    kept = discount_repeats(reranked, document.get, 0.9, head=2)
+    assert [hit[0] for hit in kept] == [4, 3, 1, 2]
+    assert [hit[1] for hit in kept] == pytest.approx([0.2, 0.1, 0.81, 0.648])
+
+
+def test_copies_collapse_into_the_first_hit_that_holds_their_text():
+    hits = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None), (4, 0.6, 4, None)]
+    text = {1: "Keep  receipts\nfor 15 days.", 2: "other", 3: "Keep receipts for 15 days.", 4: "x"}
+    collapsed = collapse_copies(hits, text.__getitem__)
+    assert [(hit[0], copies) for hit, copies in collapsed] == [(1, [3]), (2, []), (4, [])]
 
 
 def test_rerank_reorders_the_head_and_keeps_the_tail():
