@@ -280,8 +280,13 @@ class Database:
 
     # --- schema ----------------------------------------------------------------------
 
-    def ensure_schema(self) -> None:
-        """Create the schema on first use; upgrade SQLite automatically.
+    def has_schema(self) -> bool:
+        """Whether kb's tables exist here (at any revision)."""
+        with self.read() as conn:
+            return self.schema_version(conn) is not None
+
+    def ensure_schema(self) -> bool:
+        """Create the schema on first use (True then); upgrade SQLite automatically.
 
         PostgreSQL databases shared by many hosts are upgraded on purpose, with
         `kb db upgrade`, never as a side effect of some command.
@@ -291,18 +296,19 @@ class Database:
         with self.read() as conn:
             version = self.schema_version(conn)
         if version == HEAD:
-            return
+            return False
         self._refuse_unknown(version)
         if version is None and self.is_sqlite:
-            self._refuse_foreign_file()
+            self.refuse_foreign_file()
         if version is not None and not self.is_sqlite:
             raise SchemaError(
                 f"the database schema is at revision {version}, this kb needs {HEAD}: "
                 "run `kb db upgrade`"
             )
         self.upgrade()
+        return version is None
 
-    def _refuse_foreign_file(self) -> None:
+    def refuse_foreign_file(self) -> None:
         """A SQLite file with tables but no kb schema belongs to something else."""
         with self.read() as conn:
             tables = conn.execute(self.engine.COUNT_TABLES).scalar()

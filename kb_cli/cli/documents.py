@@ -76,7 +76,7 @@ def upload(
         kb, grant = open_granted(ctx, REPLACE, replace)
         records: list[Any] = [documents.replace_file(kb, files[0], grant.full_id)]
     else:
-        kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE)
+        kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE, create=True)
         uploaded = documents.upload(kb, files, submit=submit, base=base or DEFAULT_BASE)
         console.warn_duplicates(uploaded.duplicates)
         records = uploaded.records

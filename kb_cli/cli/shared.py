@@ -73,11 +73,12 @@ def invocation_of(ctx: typer.Context) -> Invocation:
     return invocation
 
 
-def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = True):
+def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = False):
     """Connect, then run the guard: the command's rule (the roles it needs, the base of
     what it names) against the caller's token. The context returned acts as the caller
-    the guard established. Read-only commands pass `create=False`: they never create a
-    home or a database."""
+    the guard established. Only the commands that put something in a knowledge base
+    (upload, `user add`, `base create`) pass `create=True`; every other one is refused
+    where there is none, and creates nothing."""
     return open_granted(ctx, rule, target, create)[0]
 
 
@@ -85,7 +86,7 @@ def open_granted(
     ctx: typer.Context,
     rule: Rule,
     target: str | None = None,
-    create: bool = True,
+    create: bool = False,
     more: Sequence[str] = (),
 ) -> tuple[Kb, Grant]:
     """`open_kb`, and what the guard resolved: the full id (and kind) of the `target` a
@@ -96,6 +97,8 @@ def open_granted(
     settings = settings_of(ctx)
     kb = Kb.open(settings, create=create)
     invocation_of(ctx).opened.append(kb.db)
+    if kb.created:  # said once, so a home made in the wrong directory is noticed
+        console.note(f"created a new knowledge base in {settings.where()}")
     grant = access.authorize(kb, rule, target, more)
     kb = kb.acting_as(grant.actor)
     invocation_of(ctx).session = Session(kb, rule.command, target)
@@ -125,16 +128,9 @@ def print_with_filenames(records: list[Any], json_out: bool) -> None:
 
 
 def open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | None = None):
-    """For commands that list or search: with no knowledge base yet there is nothing to
-    show, which is said on stderr (not in --json mode); None then."""
-    from kb_cli.errors import NoKnowledgeBaseYet
-
-    try:
-        return open_kb(ctx, rule, target, create=False)
-    except NoKnowledgeBaseYet as nothing:
-        if not json_out:
-            console.note(nothing.message)
-        return None
+    """For commands that list or search: refused (usage) where there is no knowledge
+    base, like every command that creates none."""
+    return open_kb(ctx, rule, target)
 
 
 # The longest time any option may give (11.6 days): longer is a typo, and would

@@ -338,16 +338,31 @@ def work(
     stop = threading.Event()
     stop_on_signals(stop, console.stopping)
     kb, grant = open_granted(ctx, WORK, task_id)
+    if not json_out:
+        listener.started(kb.settings.where(), kb.settings.store_where())
     worker = Worker(kb, options, listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
+    worked = False
     try:
         for result in worker.run(grant.id, max_tasks=limit, loop=loop):
+            worked = worked or result.task is not None
             if json_out:
                 console.write_json(result)
             elif result.task is not None and not fancy:  # the live display showed it
                 console.emit(console.task_line(result.task))
     finally:
         listener.close()
+    if not worked and task_id is None and not json_out:
+        _hint_drafts(kb)
+
+
+def _hint_drafts(kb) -> None:
+    """Nothing was claimable: uploads without --submit are drafts no worker takes."""
+    from kb_cli.services import documents
+
+    drafts = documents.list_document_records(kb, "draft")
+    if drafts:
+        console.print_drafts_waiting(len(drafts), drafts[0].document_id)
 
 
 HISTORY = Rule("history", READERS, Target.TRAIL)

@@ -47,7 +47,7 @@ def user_add(
     """
     from kb_cli.services import access
 
-    new_user = access.add_user(open_kb(ctx, USER, name), name, role.value, teams)
+    new_user = access.add_user(open_kb(ctx, USER, name, create=True), name, role.value, teams)
     console.print_new_user(new_user, json_out)
 
 

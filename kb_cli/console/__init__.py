@@ -51,7 +51,7 @@ from kb_cli.console.tasks import (
     warn_duplicates,
 )
 from kb_cli.console.waiting import NO_WORKER_HINT, NO_WORKER_HINT_SECONDS, LiveWait, WaitHint
-from kb_cli.console.workers import LiveWorkerDisplay, PlainWorkerLog
+from kb_cli.console.workers import LiveWorkerDisplay, PlainWorkerLog, print_drafts_waiting
 
 __all__ = [
     "NO_WORKER_HINT",
@@ -82,6 +82,7 @@ __all__ = [
     "print_demo_summary",
     "print_doctor",
     "print_document_table",
+    "print_drafts_waiting",
     "print_eval",
     "print_event",
     "print_new_user",

@@ -11,9 +11,11 @@ from kb_cli.console.core import (
     PLAIN_PROGRESS_INTERVAL,
     cell,
     cell_len_of,
+    counted,
     cut_name,
     cut_to,
     log,
+    note,
     quoted,
     short,
     visible,
@@ -37,6 +39,13 @@ class PlainWorkerLog:
         self._last: tuple[str, int, int] | None = None
         self._last_at = 0.0
         self._idle = False
+        self.where = ""  # the knowledge base served, once started() named it
+
+    def started(self, where: str, store: str) -> None:
+        """Which knowledge base and object store this worker serves: a worker started
+        in the wrong directory says so at once."""
+        self.where = where
+        log(f"started worker={self.worker_id} kb={quoted(where)} store={quoted(store)}")
 
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
         self._idle = False
@@ -54,7 +63,7 @@ class PlainWorkerLog:
             log(f"claim missed task={task_id} worker={self.worker_id}")
         elif not self._idle:
             self._idle = True
-            log(f"no claimable task worker={self.worker_id}")
+            log(f"no claimable task worker={self.worker_id} kb={quoted(self.where)}")
 
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
         now = time.monotonic()
@@ -110,6 +119,12 @@ class LiveWorkerDisplay(PlainWorkerLog):
         self.done = 0
         self.last: str | None = None
 
+    def started(self, where: str, store: str) -> None:
+        self.where = where
+        name = visible(self.worker_id)
+        line = f"worker {name} serving {visible(where)} · objects in {visible(store)}"
+        self.console.print(cut_to(line, self.console.width), style="dim", markup=False)
+
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
         from rich.text import Text
 
@@ -152,7 +167,7 @@ class LiveWorkerDisplay(PlainWorkerLog):
         when there is room for it, and a very long worker name cut as a last resort."""
         since = f"{self.idle_since:%H:%M:%S}" if self.idle_since else ""
         head = f"worker {visible(self.worker_id)} waiting since {since} · {self.done} done"
-        tail = " · Ctrl-C to stop"
+        tail = f" · {visible(self.where)} · Ctrl-C to stop" if self.where else " · Ctrl-C to stop"
         room = width - cell_len_of(head + tail) - len(" · last: ")
         if self.last and room >= min(cell_len_of(self.last), _MIN_NAME_CELLS):
             head += f" · last: {cut_name(self.last, room)}"
@@ -216,3 +231,12 @@ class LiveWorkerDisplay(PlainWorkerLog):
             self.live.stop()
             self.live.print(message)
             self.live = None
+
+
+def print_drafts_waiting(count: int, newest_id: str) -> None:
+    """Nothing was claimable while drafts wait: the command that queues them."""
+    wait = "waits" if count == 1 else "wait"
+    note(
+        f"{counted(count, 'draft')} {wait} to be submitted: kb submit {short(newest_id)} "
+        "queues one (kb status --status draft lists them; kb upload --submit does both)"
+    )

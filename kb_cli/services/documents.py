@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_cli import queries
-from kb_cli.app import Kb, require_base
+from kb_cli.app import Kb, require_base, require_own_store
 from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
@@ -294,11 +294,16 @@ def _shown(path: Path | str) -> str:
 
 
 def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
-    if kb.store.owner() is None:  # the first upload names this database as the owner
+    owner = kb.store.owner(writing=True)
+    if owner is None:  # the first upload names this database as the owner
         with kb.db.read() as conn:
             database_id = queries.database_id(conn)
         if database_id is not None:  # every schema since 0001 has one
             kb.store.claim(database_id)
+            with kb.db.write() as conn:  # and the database records where that store is
+                queries.record_object_store(conn, kb.settings.store_where(short=False))
+    else:
+        require_own_store(kb)
     stored: list[StoredObject] = []
     try:
         for upload in uploads:

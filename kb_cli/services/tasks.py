@@ -171,7 +171,10 @@ def _task_id_for(conn: Connection, entity_id: str, kind: str | None) -> str:
         return entity_id
     document = queries.existing_document(conn, entity_id)
     if document.latest_task_id is None:
-        raise ConflictError(f"document {entity_id} has no task yet; submit it first")
+        raise ConflictError(
+            f"document {entity_id} is a draft with no task yet: kb submit {entity_id} "
+            "queues it, then kb status ID --wait follows it"
+        )
     return document.latest_task_id
 
 
