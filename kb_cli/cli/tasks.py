@@ -20,7 +20,7 @@ from kb_cli.cli.shared import (
 )
 from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import UsageError, WaitTimeout
-from kb_cli.lifecycle import DocStatus, ErrorCode
+from kb_cli.lifecycle import ErrorCode, ListedDocStatus
 from kb_cli.permissions import (
     BASE_PREFIX,
     EDITORS,
@@ -64,11 +64,11 @@ def status(
         ),
     ] = None,
     status_filter: Annotated[
-        DocStatus | None,
+        ListedDocStatus | None,
         typer.Option(
             "--status",
             metavar="STATUS",
-            help=f"List only the documents with this status: {', '.join(DocStatus)}.",
+            help=f"List only the documents with this status: {', '.join(ListedDocStatus)}.",
         ),
     ] = None,
     error_code: Annotated[
@@ -78,6 +78,16 @@ def status(
             metavar="CODE",
             help="List only the documents whose latest task failed with this error code: "
             f"{', '.join(ErrorCode)}.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            metavar="N",
+            min=1,
+            help="List only the newest N documents.",
+            show_default=False,
         ),
     ] = None,
     json_out: JsonFlag = False,
@@ -92,14 +102,16 @@ def status(
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
         kb = open_to_read(ctx, STATUS, json_out)
-        records = documents.list_document_records(kb, status_filter, error_code) if kb else []
+        records = documents.list_document_records(kb, status_filter, error_code)
+        shown = records[:limit] if limit else records
         if json_out:
-            console.print_records(records, True)
-        elif kb:
-            console.print_document_table(records, footer=kb.settings.embeddings.describe())
+            console.print_records(shown, True)
+        else:
+            footer = kb.settings.embeddings.describe()
+            console.print_document_table(shown, footer=footer, of=len(records))
         return
-    if status_filter or error_code:
-        raise UsageError("--status and --error-code filter the list; give no id with them")
+    if status_filter or error_code or limit:
+        raise UsageError("--status, --error-code and --limit filter the list; give no id with them")
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
     kb, grant = open_granted(ctx, STATUS, entity_id, create=False)
