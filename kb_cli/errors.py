@@ -179,6 +179,13 @@ class ObjectStoreMisconfigured(UsageError):
     only by changing it, so a task fails for good."""
 
 
+class UploadInterrupted(KbError):
+    """interrupted: nothing was stored (an upload stores every file or none); run it again"""
+
+    exit_code = 130
+    code = "interrupted"
+
+
 class WrongObjectStore(UsageError):
     """The object store given is not the one this knowledge base's objects are in."""
 

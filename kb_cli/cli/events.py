@@ -48,16 +48,17 @@ def events(
     kb = open_to_read(ctx, EVENTS, json_out, base)
     if kb is None:
         return
+    name_of = events_service.file_names(kb)
     if not follow:
         for event in events_service.list_events(kb, since, base):
-            console.print_event(event, json_out)
+            console.print_event(event, json_out, name_of)
         return
     from kb_cli.worker import stop_on_signals
 
     stop = threading.Event()
     stop_on_signals(stop, lambda _signal: None)
     for event in events_service.follow_events(kb, since, base, stop):
-        console.print_event(event, json_out)
+        console.print_event(event, json_out, name_of)
 
 
 RELAY = Rule("relay", WORKERS)

@@ -11,6 +11,7 @@ from kb_cli.console.core import (
     cell,
     cell_len_of,
     counted,
+    cut_name,
     cut_names,
     emit,
     human_size,
@@ -95,9 +96,9 @@ def _fields_panel(title: str, fields: list[tuple[str, str]]):
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED, expand=False)
 
 
-def _task_fields(task: TaskRecord) -> list[tuple[str, str]]:
+def _task_fields(task: TaskRecord, status_label: str = "status") -> list[tuple[str, str]]:
     fields = [
-        ("status", styled(task.status)),
+        (status_label, styled(task.status)),
         ("stage", f"{task.stage} {stage_count(task.stage, task.completed, task.total)}".rstrip()),
         ("attempt", str(task.attempt)),
     ]
@@ -146,7 +147,8 @@ def document_panel(document: DocumentRecord):
         fields.append(("rejected", cell(document.rejected_reason)))
     task = document.latest_task
     if task is not None:
-        fields += [("latest task", task.task_id), *_task_fields(task)]
+        # "task status": the panel's first status is the document's.
+        fields += [("latest task", task.task_id), *_task_fields(task, "task status")]
     return _fields_panel(f"document {document.document_id}", fields)
 
 
@@ -366,7 +368,14 @@ def confirm_deletion(planned: list[Any]) -> bool:
     what = counted(len(planned), "document")
     sys.stderr.write(f"delete {what} with their chunks and files? [y/N] ")
     sys.stderr.flush()
-    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")  # the shell's prompt starts on a line of its own
+        raise
+    if not answer.endswith("\n"):  # Ctrl-D: the line was never ended
+        sys.stderr.write("\n")
+    if answer.strip().lower() not in ("y", "yes"):
         log("nothing deleted")
         return False
     return True
@@ -376,11 +385,21 @@ def print_deletions(deletions: list[Any], as_json: bool) -> None:
     if as_json:
         write_json_lines(deletions)
         return
+    # On a terminal each line fits its width: a short id, the file name cut to the
+    # room left (never a line wrapped mid-word); piped lines stay whole, for scripts.
+    width = rich_console().width if is_fancy(sys.stdout) else None
     for deletion in deletions:
         verb = "deleted" if deletion.deleted else "would delete"
-        emit(
-            f"{verb} {deletion.document_id} {visible(deletion.filename)} ({deletion.status}; "
-            f"{counted(deletion.chunks, 'chunk')}, {counted(deletion.tasks, 'task')})"
+        what = (
+            f"({deletion.status}; {counted(deletion.chunks, 'chunk')}, "
+            f"{counted(deletion.tasks, 'task')})"
         )
+        name = visible(deletion.filename)
+        if width is None:
+            emit(f"{verb} {deletion.document_id} {name} {what}")
+            continue
+        head = f"{verb} {short(deletion.document_id)}"
+        room = width - 1 - len(head) - 2 - cell_len_of(what)
+        emit(f"{head} {cut_name(name, max(room, 8))} {what}")
     if not deletions:
         log("kb: nothing to delete")

@@ -13,7 +13,13 @@ from kb_cli import queries
 from kb_cli.app import Kb, require_base, require_own_store
 from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
-from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
+from kb_cli.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    UploadInterrupted,
+    UsageError,
+)
 from kb_cli.lifecycle import (
     PUBLISHABLE,
     REPLACEABLE,
@@ -254,6 +260,12 @@ def _check_files(paths: list[Path], max_bytes: int) -> list[_Upload]:
     for path in paths:
         if not path.exists():
             raise UsageError(f"no such file: {_shown(path)}")
+        if path.is_dir():
+            shown = _shown(path).rstrip("/")
+            raise UsageError(
+                f"not a regular file: {shown} is a directory; upload its files with "
+                f"kb upload {shown}/* (or kb sync {shown}, which keeps a base in step with it)"
+            )
         if not path.is_file():
             raise UsageError(f"not a regular file: {_shown(path)}")
     uploads = []
@@ -314,9 +326,11 @@ def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
                 raise InvalidInputError(
                     f"cannot read {upload.filename}: {error.strerror}"
                 ) from error
-    except BaseException:
+    except BaseException as error:
         for obj in stored:
             kb.store.delete(obj.key)
+        if isinstance(error, KeyboardInterrupt):  # say so, not just ^C
+            raise UploadInterrupted() from None
         raise
     return stored
 

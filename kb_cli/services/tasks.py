@@ -124,8 +124,8 @@ def cancel_task(kb: Kb, entity_id: str, kind: str | None = None) -> TaskRecord:
         task = queries.existing_task(conn, task_id, lock=True)
         if task.status not in CANCELLABLE:
             raise ConflictError(
-                f"cannot cancel task {task_id}: it is {task.status}; only queued, running "
-                "or retry_wait tasks can be cancelled"
+                f"cannot cancel task {task_id}: {_ENDED.get(task.status, 'it is ' + task.status)}; "
+                "only queued, running or retry_wait tasks can be cancelled"
             )
         now = kb.timestamp()
         cancel_task_row(conn, task, actor=kb.actor.name, now=now)
@@ -163,6 +163,14 @@ def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
                 continue  # e.g. an older failed task of a document that moved on
             records.append(TaskRecord.from_row(queries.existing_task(conn, task_id), filename))
         return records
+
+
+# An ended task's status as a person says it ("it already succeeded", not "it is succeeded").
+_ENDED = {
+    "succeeded": "it already succeeded",
+    "failed": "it failed (kb retry runs it again)",
+    "cancelled": "it was cancelled already",
+}
 
 
 def _task_id_for(conn: Connection, entity_id: str, kind: str | None) -> str:
