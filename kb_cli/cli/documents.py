@@ -57,6 +57,14 @@ def upload(
             show_default=False,
         ),
     ] = None,
+    skip_existing: Annotated[
+        bool,
+        typer.Option(
+            "--skip-existing",
+            help="Leave out a file whose content a document of the base already has "
+            "(uploading a folder again stores only what is new).",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Upload files as draft documents.
@@ -77,8 +85,11 @@ def upload(
         records: list[Any] = [documents.replace_file(kb, files[0], grant.full_id)]
     else:
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE, create=True)
-        uploaded = documents.upload(kb, files, submit=submit, base=base or DEFAULT_BASE)
+        uploaded = documents.upload(
+            kb, files, submit=submit, base=base or DEFAULT_BASE, skip_existing=skip_existing
+        )
         console.warn_duplicates(uploaded.duplicates)
+        console.note_skipped(uploaded.skipped)
         records = uploaded.records
     print_with_filenames(records, json_out)
 

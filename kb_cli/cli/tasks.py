@@ -224,6 +224,9 @@ def retry(
     else:
         records = [tasks.retry_task(kb, grant.full_id, grant.kind)]
     print_with_filenames(records, json_out)
+    if not records:  # said like publish --all-reviewed's
+        with_code = f" with {error_code}" if error_code else ""
+        console.note(f"nothing to retry: no failed task{with_code} you may retry")
 
 
 WORK = Rule("work", WORKERS, Target.TASK)

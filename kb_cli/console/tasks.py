@@ -353,8 +353,17 @@ def warn_duplicates(duplicates: list[Any]) -> None:
         warn(
             f"{name} has the same content as {other} ({short(duplicate.same_as_id)}) "
             f"{where}; stored anyway as document {short(duplicate.document_id)} "
-            f"(kb delete {short(duplicate.document_id)} removes it)"
+            f"(kb delete {short(duplicate.document_id)} removes it; upload --skip-existing "
+            "leaves such files out)"
         )
+
+
+def note_skipped(skipped: list[Any]) -> None:
+    """`upload --skip-existing`: each file left out, and the document that has it."""
+    for skip in skipped:
+        name, other = visible(skip.filename), visible(skip.same_as_filename)
+        where = f"{other} ({short(skip.same_as_id)})" if skip.same_as_id else f"{other} above"
+        log(f"kb: skipped {name}: same content as {where}")
 
 
 def confirm_deletion(planned: list[Any]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +54,31 @@ class Uploaded:
 
     records: list[TaskRecord] | list[DocumentRecord]
     duplicates: list[Duplicate]
+    # --skip-existing: the files not stored, each with the document that has its content.
+    skipped: list[Duplicate] = field(default_factory=list)
 
 
-def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> Uploaded:
-    """Store each file as a draft document of `base` (and submit it); all or nothing."""
+def upload(
+    kb: Kb,
+    paths: list[Path],
+    submit: bool = False,
+    base: str = DEFAULT_BASE,
+    skip_existing: bool = False,
+) -> Uploaded:
+    """Store each file as a draft document of `base` (and submit it); all or nothing.
+    `skip_existing`: a file whose content a document of `base` (or an earlier file of
+    this upload) already has is left out, not stored again."""
     if not paths:
         raise UsageError("give at least one file to upload")
     uploads = _check_files(paths, kb.settings.max_upload_bytes)
     stored = _store_all(kb, uploads)
+    skipped: list[Duplicate] = []
+    kept = stored
     try:
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
+            if skip_existing:
+                uploads, kept, skipped = _without_existing(conn, base, uploads, stored)
             # A stamp per document, so that `kb status` (newest first) and the queue
             # keep the order of the files named.
             inserted = [
@@ -73,7 +87,7 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
                     up.filename,
                     obj,
                 )
-                for up, obj in zip(uploads, stored, strict=True)
+                for up, obj in zip(uploads, kept, strict=True)
             ]
             duplicates = _duplicates(conn, base, inserted)
             if submit:
@@ -83,11 +97,36 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
                 ]
             else:
                 records = [document_record(conn, new.document_id) for new in inserted]
-            return Uploaded(records, duplicates)
     except BaseException:
         for obj in stored:
             kb.store.delete(obj.key)
         raise
+    for skip in skipped:  # committed without them: their objects are nobody's
+        kb.store.delete(skip.document_id)
+    return Uploaded(records, duplicates, [replace(s, document_id="") for s in skipped])
+
+
+def _without_existing(
+    conn: Connection, base: str, uploads: list[_Upload], stored: list[StoredObject]
+) -> tuple[list[_Upload], list[StoredObject], list[Duplicate]]:
+    """The uploads whose content is new to `base`, and the rest as Duplicates that
+    carry their stored object's key (to delete) in place of a document id."""
+    digests = [obj.sha256 for obj in stored]
+    first_with = {
+        row.sha256: (row.id, row.filename)
+        for row in reversed(queries.documents_with_content(conn, base, digests))
+    }
+    kept_uploads, kept_objects, skipped = [], [], []
+    for upload, obj in zip(uploads, stored, strict=True):
+        if obj.sha256 in first_with:
+            same_id, same_name = first_with[obj.sha256]
+            in_upload = same_id == ""
+            skipped.append(Duplicate(obj.key, upload.filename, same_id, same_name, in_upload))
+            continue
+        first_with[obj.sha256] = ("", upload.filename)  # an earlier file of this upload
+        kept_uploads.append(upload)
+        kept_objects.append(obj)
+    return kept_uploads, kept_objects, skipped
 
 
 def upload_files(

@@ -275,3 +275,52 @@ def test_roles_are_listed_as_choices(invoke):
     result = invoke("user", "add", "--help")
     words = " ".join(result.stdout.replace("│", " ").split())
     assert "viewer, editor, reviewer, worker, admin" in words
+
+
+# --- hints that go all the way ------------------------------------------------------------
+
+
+def test_uploading_a_folder_again_with_skip_existing_stores_only_what_is_new(invoke, tmp_path):
+    for name in ("a.md", "b.md"):
+        (tmp_path / name).write_text(f"# {name}\n\nwords of {name}\n")
+    assert invoke("upload", "a.md", "b.md").code == 0
+    (tmp_path / "c.md").write_text("# c\n\nnew words\n")
+    again = invoke("upload", "--skip-existing", "a.md", "b.md", "c.md", "--json")
+    assert again.code == 0, again.stderr
+    assert [record["filename"] for record in again.records] == ["c.md"]
+    assert "skipped a.md: same content as a.md" in again.stderr
+    assert len(invoke("status", "--json").records) == 3
+
+
+def test_a_worker_with_nothing_to_claim_gives_the_submit_command_for_drafts(invoke, tmp_path):
+    draft = upload(invoke, tmp_path)
+    result = invoke("work", "--drain")
+    assert result.code == 0
+    assert f"1 draft waits to be submitted: kb submit {draft['document_id'][:8]}" in result.stderr
+
+
+def test_waiting_on_a_draft_gives_the_submit_command(invoke, tmp_path):
+    draft = upload(invoke, tmp_path)
+    result = invoke("status", draft["document_id"], "--wait")
+    assert result.code == 4 and f"kb submit {draft['document_id']}" in result.stderr
+
+
+def test_nothing_to_retry_is_said_like_nothing_to_publish(invoke, tmp_path):
+    upload(invoke, tmp_path)
+    retried = invoke("retry", "--all-failed")
+    assert retried.code == 0 and "nothing to retry: no failed task you may retry" in retried.stderr
+    published = invoke("publish", "--all-reviewed")
+    assert published.code == 0 and "nothing to publish" in published.stderr
+
+
+def test_an_option_cut_short_suggests_the_whole_one(invoke):
+    result = invoke("publish", "--all")
+    assert result.code == 2 and "did you mean --all-reviewed?" in result.stderr
+
+
+def test_cancelling_an_ended_task_says_it_in_plain_words(invoke, tmp_path):
+    task = upload(invoke, tmp_path, "a.md", "# A\n\nwords\n", "--submit")
+    assert invoke("work").code == 0
+    result = invoke("cancel", task["task_id"])
+    assert result.code == 4 and "it already succeeded" in result.stderr
+    assert "it is succeeded" not in result.stderr
