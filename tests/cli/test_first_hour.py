@@ -324,3 +324,16 @@ def test_cancelling_an_ended_task_says_it_in_plain_words(invoke, tmp_path):
     result = invoke("cancel", task["task_id"])
     assert result.code == 4 and "it already succeeded" in result.stderr
     assert "it is succeeded" not in result.stderr
+
+
+@file_store_only("removes an object file")
+def test_doctor_problems_name_the_file_and_the_next_step(invoke, tmp_path, kb_home):
+    draft = upload(invoke, tmp_path, "lost.md")
+    for path in (kb_home / "objects").rglob("*"):
+        if path.is_file():
+            path.unlink()
+    result = invoke("doctor")
+    assert result.code == 4
+    [line] = [line for line in result.stdout.splitlines() if "missing_object" in line]
+    assert "(lost.md)" in line
+    assert f"kb upload FILE --replace {draft['document_id'][:8]}" in line

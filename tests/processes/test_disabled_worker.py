@@ -69,7 +69,7 @@ def test_a_disabled_users_running_worker_releases_its_task_and_stops(tmp_path):
     assert f"released task={task['task_id']} worker=R" in result.stderr
 
     released = run_kb("status", task["task_id"], "--json", env=as_admin).record
-    assert (released["status"], released["attempt"], released["worker_id"]) == ("queued", 1, None)
+    assert (released["status"], released["attempt"], released["worker_id"]) == ("queued", 0, None)
     assert not db_rows("SELECT id FROM chunks WHERE task_id = :id", id=task["task_id"])
     events = db_rows(
         "SELECT actor, action, detail FROM audit_events WHERE entity_id = :id ORDER BY id",
