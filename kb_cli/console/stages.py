@@ -63,7 +63,7 @@ class LiveStages:
                 whole = task.total or 1
                 # Its count too: a stage seen at 0/540 that another look found past
                 # reads 540/540 once ticked, never "✓ indexing 0/540".
-                count = stage_count(earlier, whole, whole) if task.total else ""
+                count = stage_count(earlier, int(whole), int(whole)) if task.total else ""
                 self.progress.update(
                     self.bars[earlier], total=whole, completed=whole, mark=_DONE, count=count
                 )

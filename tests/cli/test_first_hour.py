@@ -153,9 +153,7 @@ NO_HOME_COMMANDS = [
 
 @pytest.mark.skipif(ON_POSTGRES, reason="about a SQLite home that does not exist")
 @pytest.mark.parametrize("args", NO_HOME_COMMANDS, ids=" ".join)
-def test_commands_that_store_nothing_refuse_a_missing_home_and_create_none(
-    invoke, tmp_path, args
-):
+def test_commands_that_store_nothing_refuse_a_missing_home_and_create_none(invoke, tmp_path, args):
     (tmp_path / "questions.jsonl").write_text('{"question": "q", "expected": ["a.md"]}\n')
     home = tmp_path / "never-created"
     result = invoke("--home", str(home), *args)
@@ -189,9 +187,7 @@ def test_an_upload_creates_the_home_and_says_so_once(invoke, tmp_path, monkeypat
 
 
 @pytest.mark.skipif(ON_POSTGRES, reason="about a SQLite home that does not exist")
-def test_a_home_under_a_missing_directory_is_a_usage_error_and_creates_nothing(
-    invoke, tmp_path
-):
+def test_a_home_under_a_missing_directory_is_a_usage_error_and_creates_nothing(invoke, tmp_path):
     """docs/operations.md: a missing directory is exit 2; a typo in --home must not
     build a tree of directories."""
     (tmp_path / "f.md").write_text("# F\n\nwords\n")
