@@ -63,7 +63,8 @@ class PlainWorkerLog:
             log(f"claim missed task={task_id} worker={self.worker_id}")
         elif not self._idle:
             self._idle = True
-            log(f"no claimable task worker={self.worker_id} kb={quoted(self.where)}")
+            serving = f" kb={quoted(self.where)}" if self.where else ""
+            log(f"no claimable task worker={self.worker_id}{serving}")
 
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
         now = time.monotonic()
@@ -167,7 +168,10 @@ class LiveWorkerDisplay(PlainWorkerLog):
         when there is room for it, and a very long worker name cut as a last resort."""
         since = f"{self.idle_since:%H:%M:%S}" if self.idle_since else ""
         head = f"worker {visible(self.worker_id)} waiting since {since} · {self.done} done"
-        tail = f" · {visible(self.where)} · Ctrl-C to stop" if self.where else " · Ctrl-C to stop"
+        tail = " · Ctrl-C to stop"
+        room = width - cell_len_of(head + tail) - len(" · ")
+        if self.where and room >= _MIN_NAME_CELLS:  # which knowledge base it waits on
+            head += f" · {cut_name(visible(self.where), room)}"
         room = width - cell_len_of(head + tail) - len(" · last: ")
         if self.last and room >= min(cell_len_of(self.last), _MIN_NAME_CELLS):
             head += f" · last: {cut_name(self.last, room)}"
