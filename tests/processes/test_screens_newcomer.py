@@ -50,3 +50,39 @@ def test_status_limit_shows_the_newest_and_says_how_many_were_left_out(tmp_path)
     plain = run_kb("status", "--limit", "2")
     assert plain.code == 0 and len(plain.stdout.splitlines()) == 2
     assert "2 older documents not shown (--limit)" in plain.stderr
+
+
+LONG = "Quarterly report for the board of directors, final version 2026.md"
+
+
+def test_delete_lines_fit_80_columns(tmp_path):
+    document = upload(tmp_path, LONG)["document_id"]
+    code, screen = run_in_terminal("delete", document, "--yes", COLUMNS=str(COLUMNS))
+    assert code == 0, screen
+    lines = lines_of(screen)
+    assert all(cell_len(line) <= COLUMNS for line in lines), lines
+    [line] = [line for line in lines if line.startswith("deleted ")]
+    assert document[:8] in line and "Quarterly" in line
+    assert "(draft; 0 chunks, 0 tasks)" in line
+
+
+def test_events_on_a_terminal_name_the_file_and_keep_the_status_whole(tmp_path):
+    task = upload(tmp_path, LONG, "--submit")
+    code, screen = run_in_terminal("events", COLUMNS=str(COLUMNS))
+    assert code == 0
+    [line] = [line for line in lines_of(screen) if task["document_id"][:8] in line]
+    assert cell_len(line) <= COLUMNS
+    assert "Quarterly" in line and line.rstrip().endswith("queued")
+
+
+def test_history_keeps_its_columns_in_line(tmp_path):
+    task = upload(tmp_path, "a.md", "--submit")
+    assert run_kb("work").code == 0
+    assert run_kb("publish", task["document_id"]).code == 0
+    code, screen = run_in_terminal("history", task["document_id"], COLUMNS=str(COLUMNS))
+    assert code == 0
+    rows = [line for line in lines_of(screen) if line[:4].isdigit()]
+    assert len(rows) >= 4
+    ids = {line.index(task["document_id"][:8]) for line in rows if task["document_id"][:8] in line}
+    tasks = {line.index(task["task_id"][:8]) for line in rows if task["task_id"][:8] in line}
+    assert len(ids | tasks) == 1, rows  # every entity id starts in the same column
