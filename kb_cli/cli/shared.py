@@ -127,12 +127,6 @@ def print_with_filenames(records: list[Any], json_out: bool) -> None:
     console.print_records(records, json_out, names)
 
 
-def open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | None = None):
-    """For commands that list or search: refused (usage) where there is no knowledge
-    base, like every command that creates none."""
-    return open_kb(ctx, rule, target)
-
-
 # The longest time any option may give (11.6 days): longer is a typo, and would
 # overflow the waits (threading, sockets) it is handed to.
 MAX_SECONDS = 1_000_000.0

@@ -15,7 +15,6 @@ from kb_cli.cli.shared import (
     finite_number,
     open_granted,
     open_kb,
-    open_to_read,
     print_with_filenames,
 )
 from kb_cli.config import WORKER_DEFAULTS
@@ -101,7 +100,7 @@ def status(
     if entity_id is None:
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
-        kb = open_to_read(ctx, STATUS, json_out)
+        kb = open_kb(ctx, STATUS)
         records = documents.list_document_records(kb, status_filter, error_code)
         shown = records[:limit] if limit else records
         if json_out:
