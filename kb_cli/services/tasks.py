@@ -180,8 +180,8 @@ def _task_id_for(conn: Connection, entity_id: str, kind: str | None) -> str:
     document = queries.existing_document(conn, entity_id)
     if document.latest_task_id is None:
         raise ConflictError(
-            f"document {entity_id} is a draft with no task yet: kb submit {entity_id} "
-            "queues it, then kb status ID --wait follows it"
+            f"document {entity_id} is a draft with no task yet; submit it first: "
+            f"kb submit {entity_id} (then kb status ID --wait follows its task)"
         )
     return document.latest_task_id
 
