@@ -67,14 +67,14 @@ class Kb:
         if settings.is_sqlite:
             _prepare_sqlite_home(settings, create)
         db = Database(settings.database_url, settings.busy_timeout_seconds, settings.wake)
-        if not create and not db.has_schema():
-            try:
-                if settings.is_sqlite:
-                    db.refuse_foreign_file()  # tables of something else: said as such
-            finally:
-                db.close()
+        try:
+            created = db.ensure_schema(create)
+        except BaseException:
+            db.close()
+            raise
+        if created is None:
+            db.close()
             raise NoKnowledgeBaseYet(settings.where(), _CHOOSE_DATABASE)
-        created = db.ensure_schema()
         store = open_store(settings.object_store)  # opened at its first read or write
         return cls(settings, db, store, Actor(actor or _login()), created=created)
 
@@ -119,16 +119,24 @@ def require_own_store(kb: Kb) -> None:
     it names another database as its owner, or it names none and lacks the newest
     document's object. A worker checks this before it claims anything, so a wrong
     --object-store is one clear refusal, not object_read_error on every task."""
-    with kb.db.read() as conn:
-        database_id = queries.database_id(conn)
-        recorded = queries.recorded_object_store(conn)
-        sample = queries.newest_object_key(conn)
     try:
         owner = kb.store.owner()
     except (ObjectStoreUnreachable, ObjectStoreMisconfigured):
         return  # cannot be checked now; each task's download says what is wrong
-    if owner == database_id or (owner is None and (sample is None or kb.store.exists(sample))):
+    with kb.db.read() as conn:
+        check_store_owner(conn, kb, owner)
+
+
+def check_store_owner(conn: Connection, kb: Kb, owner: str | None) -> None:
+    """require_own_store's check in the caller's transaction, for the `owner` its store
+    names (an upload reads it on its way to writing)."""
+    if owner == queries.database_id(conn):
         return
+    if owner is None:
+        sample = queries.newest_object_key(conn)
+        if sample is None or kb.store.exists(sample):
+            return
+    recorded = queries.recorded_object_store(conn)
     here = kb.settings.store_where(short=False)
     used = f" (its objects are in {recorded})" if recorded and recorded != here else ""
     raise WrongObjectStore(

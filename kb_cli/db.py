@@ -280,13 +280,9 @@ class Database:
 
     # --- schema ----------------------------------------------------------------------
 
-    def has_schema(self) -> bool:
-        """Whether kb's tables exist here (at any revision)."""
-        with self.read() as conn:
-            return self.schema_version(conn) is not None
-
-    def ensure_schema(self) -> bool:
-        """Create the schema on first use (True then); upgrade SQLite automatically.
+    def ensure_schema(self, create: bool = True) -> bool | None:
+        """Create the schema on first use (True then; None when there is none and not
+        `create`: nothing done); upgrade SQLite automatically.
 
         PostgreSQL databases shared by many hosts are upgraded on purpose, with
         `kb db upgrade`, never as a side effect of some command.
@@ -299,7 +295,9 @@ class Database:
             return False
         self._refuse_unknown(version)
         if version is None and self.is_sqlite:
-            self.refuse_foreign_file()
+            self._refuse_foreign_file()
+        if version is None and not create:
+            return None
         if version is not None and not self.is_sqlite:
             raise SchemaError(
                 f"the database schema is at revision {version}, this kb needs {HEAD}: "
@@ -308,7 +306,7 @@ class Database:
         self.upgrade()
         return version is None
 
-    def refuse_foreign_file(self) -> None:
+    def _refuse_foreign_file(self) -> None:
         """A SQLite file with tables but no kb schema belongs to something else."""
         with self.read() as conn:
             tables = conn.execute(self.engine.COUNT_TABLES).scalar()

@@ -45,6 +45,8 @@ def _invoke(app: typer.Typer, args: list[str], invocation: Invocation, as_json: 
     try:
         command = commandline.build(app)
         result = command.main(args=args, prog_name="kb", standalone_mode=False, obj=invocation)
+        if invocation.created is not None:
+            console.note(f"created a new knowledge base in {invocation.created}")
         return result if isinstance(result, int) else 0
     except typer.Exit as done:
         return done.exit_code

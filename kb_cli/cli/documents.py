@@ -16,6 +16,7 @@ from kb_cli.cli.shared import (
     open_granted,
     open_kb,
     print_with_filenames,
+    settings_of,
 )
 from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
@@ -84,6 +85,8 @@ def upload(
         kb, grant = open_granted(ctx, REPLACE, replace)
         records: list[Any] = [documents.replace_file(kb, files[0], grant.full_id)]
     else:
+        # Checked before the knowledge base is opened: a refused upload creates no home.
+        documents.check_files(files, settings_of(ctx).max_upload_bytes)
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE, create=True)
         uploaded = documents.upload(
             kb, files, submit=submit, base=base or DEFAULT_BASE, skip_existing=skip_existing

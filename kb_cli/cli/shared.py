@@ -62,6 +62,8 @@ class Invocation:
     # Closed when the invocation ends, so that no connection outlives its command (an
     # in-process caller, such as the tests, keeps running after it).
     opened: list[Database] = field(default_factory=list)
+    # Where this invocation created a new knowledge base, if it did.
+    created: str | None = None
 
     def close(self) -> None:
         for database in self.opened:
@@ -97,8 +99,8 @@ def open_granted(
     settings = settings_of(ctx)
     kb = Kb.open(settings, create=create)
     invocation_of(ctx).opened.append(kb.db)
-    if kb.created:  # said once, so a home made in the wrong directory is noticed
-        console.note(f"created a new knowledge base in {settings.where()}")
+    if kb.created:  # said once the command succeeded (boundary), so a home made in the
+        invocation_of(ctx).created = settings.where()  # wrong directory is noticed
     grant = access.authorize(kb, rule, target, more)
     kb = kb.acting_as(grant.actor)
     invocation_of(ctx).session = Session(kb, rule.command, target)

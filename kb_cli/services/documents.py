@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_cli import queries
-from kb_cli.app import Kb, require_base, require_own_store
+from kb_cli.app import Kb, check_store_owner, require_base
 from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import (
@@ -70,13 +70,15 @@ def upload(
     this upload) already has is left out, not stored again."""
     if not paths:
         raise UsageError("give at least one file to upload")
-    uploads = _check_files(paths, kb.settings.max_upload_bytes)
+    uploads = check_files(paths, kb.settings.max_upload_bytes)
+    owner = _claimed_store(kb)
     stored = _store_all(kb, uploads)
     skipped: list[Duplicate] = []
     kept = stored
     try:
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
+            _own_store(conn, kb, owner)
             if skip_existing:
                 uploads, kept, skipped = _without_existing(conn, base, uploads, stored)
             # A stamp per document, so that `kb status` (newest first) and the queue
@@ -182,14 +184,16 @@ def _duplicates(conn: Connection, base: str, inserted: list[_Inserted]) -> list[
 
 def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
     """Give a draft, failed or published document a new source file and revision."""
-    [upload] = _check_files([path], kb.settings.max_upload_bytes)
+    [upload] = check_files([path], kb.settings.max_upload_bytes)
     with kb.db.read() as conn:
         require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
+    owner = _claimed_store(kb)
     [obj] = _store_all(kb, [upload])
     try:
         with kb.db.write() as conn:
             document = queries.existing_document(conn, document_id, lock=True)
             require_status(document, REPLACEABLE, "replace")
+            _own_store(conn, kb, owner)
             # A published (or unpublished) document goes back to draft; draft and failed
             # keep their status so that `retry` reprocesses a failed document's new file.
             served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
@@ -294,7 +298,7 @@ def list_document_records(
 # --- helpers -------------------------------------------------------------------------
 
 
-def _check_files(paths: list[Path], max_bytes: int) -> list[_Upload]:
+def check_files(paths: list[Path], max_bytes: int) -> list[_Upload]:
     """Check every file before storing any: missing (usage) beats unsupported (input)."""
     for path in paths:
         if not path.exists():
@@ -344,17 +348,26 @@ def _shown(path: Path | str) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
-def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
+def _claimed_store(kb: Kb) -> str | None:
+    """The database the store names as its owner; a store that names none yet (the
+    first upload) is claimed for this one. Read before any write transaction."""
     owner = kb.store.owner(writing=True)
-    if owner is None:  # the first upload names this database as the owner
+    if owner is None:
         with kb.db.read() as conn:
-            database_id = queries.database_id(conn)
-        if database_id is not None:  # every schema since 0001 has one
-            kb.store.claim(database_id)
-            with kb.db.write() as conn:  # and the database records where that store is
-                queries.record_object_store(conn, kb.settings.store_where(short=False))
-    else:
-        require_own_store(kb)
+            owner = queries.database_id(conn)
+        if owner is not None:  # every schema since 0001 has one
+            kb.store.claim(owner)
+    return owner
+
+
+def _own_store(conn: Connection, kb: Kb, owner: str | None) -> None:
+    """In an upload's write: refuse a store of another knowledge base (its objects are
+    then deleted with the rest), and record where this knowledge base's store is."""
+    check_store_owner(conn, kb, owner)
+    queries.record_object_store(conn, kb.settings.store_where(short=False))
+
+
+def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
     stored: list[StoredObject] = []
     try:
         for upload in uploads:

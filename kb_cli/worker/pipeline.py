@@ -94,7 +94,7 @@ def _read_failure(error: OSError, key: str | None = None) -> TaskFailure:
     if key is not None and isinstance(error, FileNotFoundError):
         detail = (
             f"FileNotFoundError: object {key} is not in this worker's object store "
-            "(is --object-store / OBJECT_STORE_ROOT the knowledge base's?)"
+            "(is --object-store or OBJECT_STORE_ROOT the knowledge base's?)"
         )
     return TaskFailure(code or ErrorCode.OBJECT_READ_ERROR, detail[:DETAIL_LIMIT])
 
