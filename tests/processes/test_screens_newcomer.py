@@ -86,3 +86,12 @@ def test_history_keeps_its_columns_in_line(tmp_path):
     ids = {line.index(task["document_id"][:8]) for line in rows if task["document_id"][:8] in line}
     tasks = {line.index(task["task_id"][:8]) for line in rows if task["task_id"][:8] in line}
     assert len(ids | tasks) == 1, rows  # every entity id starts in the same column
+
+
+def test_the_document_panel_has_one_status_row_and_a_task_status_row(tmp_path):
+    task = upload(tmp_path, "a.md", "--submit")
+    code, screen = run_in_terminal("status", task["document_id"], COLUMNS=str(COLUMNS))
+    assert code == 0
+    labels = [line.strip("│ ").split(" ")[0] for line in lines_of(screen) if "│" in line]
+    assert labels.count("status") == 1, labels
+    assert any("task status" in line and "queued" in line for line in lines_of(screen))
