@@ -39,13 +39,13 @@ class PlainWorkerLog:
         self._last: tuple[str, int, int] | None = None
         self._last_at = 0.0
         self._idle = False
-        self.where = ""  # the knowledge base served, once started() named it
+        self.where = ""  # the knowledge base and store served, once started() named them
+        self.store = ""
 
     def started(self, where: str, store: str) -> None:
-        """Which knowledge base and object store this worker serves: a worker started
-        in the wrong directory says so at once."""
-        self.where = where
-        log(f"started worker={self.worker_id} kb={quoted(where)} store={quoted(store)}")
+        """Which knowledge base and object store this worker serves: named by its idle
+        line (the contract's lines stay as they are, a claim's first)."""
+        self.where, self.store = where, store
 
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
         self._idle = False
@@ -63,7 +63,7 @@ class PlainWorkerLog:
             log(f"claim missed task={task_id} worker={self.worker_id}")
         elif not self._idle:
             self._idle = True
-            serving = f" kb={quoted(self.where)}" if self.where else ""
+            serving = f" kb={quoted(self.where)} store={quoted(self.store)}" if self.where else ""
             log(f"no claimable task worker={self.worker_id}{serving}")
 
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
@@ -121,7 +121,7 @@ class LiveWorkerDisplay(PlainWorkerLog):
         self.last: str | None = None
 
     def started(self, where: str, store: str) -> None:
-        self.where = where
+        self.where, self.store = where, store
         name = visible(self.worker_id)
         line = f"worker {name} serving {visible(where)} · objects in {visible(store)}"
         self.console.print(cut_to(line, self.console.width), style="dim", markup=False)

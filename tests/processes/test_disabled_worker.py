@@ -83,11 +83,11 @@ def test_a_disabled_users_running_worker_releases_its_task_and_stops(tmp_path):
     assert again.code == 5 and json.loads(again.stderr)["error"] == "forbidden"
     assert db_rows("SELECT id FROM audit_events WHERE actor = 'robot' AND action = 'refused'")
 
-    # Another worker completes the task: attempt 2, nothing lost.
+    # Another worker completes the task: attempt 1 (the release gave its attempt back).
     other = token_of(run_kb("user", "add", "other", "--role", "worker", "--json", env=as_admin))
     done = run_kb("work", "--json", env=kb_env(KB_TOKEN=other))
     assert done.code == 0, done.stderr
-    assert (done.record["task"]["status"], done.record["task"]["attempt"]) == ("succeeded", 2)
+    assert (done.record["task"]["status"], done.record["task"]["attempt"]) == ("succeeded", 1)
 
 
 @pytest.mark.parametrize("change", ["disable", "token"])
