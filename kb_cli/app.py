@@ -22,7 +22,10 @@ from kb_cli.errors import (
     InvalidInputError,
     NoKnowledgeBaseYet,
     NotFoundError,
+    ObjectStoreMisconfigured,
+    ObjectStoreUnreachable,
     UsageError,
+    WrongObjectStore,
 )
 from kb_cli.permissions import Actor, Scope
 from kb_cli.queries import MIN_PREFIX
@@ -52,16 +55,28 @@ class Kb:
         """The configured reranker (None: off), built on first use like the embedder."""
         return make_reranker(self.settings.rerank)
 
+    # True when this open made the knowledge base (its home, or its tables).
+    created: bool = False
+
     @classmethod
     def open(cls, settings: Settings, actor: str | None = None, create: bool = True) -> Kb:
-        """Connect, creating the home directory and the schema on first use; a read-only
-        command (`create=False`) creates nothing and says that there is nothing yet."""
-        if settings.database_url.startswith("sqlite"):
+        """Connect, creating the home directory and the schema on first use. A command
+        that puts nothing in a knowledge base (`create=False`) creates nothing, and is
+        refused (usage) where there is none: a newcomer in the wrong directory gets a
+        message naming the home it looked in, not an empty home."""
+        if settings.is_sqlite:
             _prepare_sqlite_home(settings, create)
         db = Database(settings.database_url, settings.busy_timeout_seconds, settings.wake)
-        db.ensure_schema()
+        try:
+            created = db.ensure_schema(create)
+        except BaseException:
+            db.close()
+            raise
+        if created is None:
+            db.close()
+            raise NoKnowledgeBaseYet(settings.where(), _CHOOSE_DATABASE)
         store = open_store(settings.object_store)  # opened at its first read or write
-        return cls(settings, db, store, Actor(actor or _login()))
+        return cls(settings, db, store, Actor(actor or _login()), created=created)
 
     def acting_as(self, actor: Actor) -> Kb:
         """This context for the caller the guard established (the guard never mutates a
@@ -96,6 +111,40 @@ def require_caller(conn: Connection, actor: Actor) -> None:
         )
 
 
+_CHOOSE_DATABASE = "--database-url or DATABASE_URL (or `kb db upgrade` to create its tables)"
+
+
+def require_own_store(kb: Kb) -> None:
+    """WrongObjectStore when the configured object store is not this knowledge base's:
+    it names another database as its owner, or it names none and lacks the newest
+    document's object. A worker checks this before it claims anything, so a wrong
+    --object-store is one clear refusal, not object_read_error on every task."""
+    try:
+        owner = kb.store.owner()
+    except (ObjectStoreUnreachable, ObjectStoreMisconfigured):
+        return  # cannot be checked now; each task's download says what is wrong
+    with kb.db.read() as conn:
+        check_store_owner(conn, kb, owner)
+
+
+def check_store_owner(conn: Connection, kb: Kb, owner: str | None) -> None:
+    """require_own_store's check in the caller's transaction, for the `owner` its store
+    names (an upload reads it on its way to writing)."""
+    if owner == queries.database_id(conn):
+        return
+    if owner is None:
+        sample = queries.newest_object_key(conn)
+        if sample is None or kb.store.exists(sample):
+            return
+    recorded = queries.recorded_object_store(conn)
+    here = kb.settings.store_where(short=False)
+    used = f" (its objects are in {recorded})" if recorded and recorded != here else ""
+    raise WrongObjectStore(
+        f"the object store {here} is not this knowledge base's{used}: point --object-store "
+        "or OBJECT_STORE_ROOT at the store it uses"
+    )
+
+
 def _prepare_sqlite_home(settings: Settings, create: bool) -> None:
     from kb_cli.engines.sqlite import database_path
 
@@ -103,18 +152,26 @@ def _prepare_sqlite_home(settings: Settings, create: bool) -> None:
     if home.exists() and not home.is_dir():
         raise UsageError("the kb home is not a directory (--home / KB_HOME)")
     database = Path(database_path(settings.database_url))
-    if create:
-        try:
-            home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as error:
-            raise UsageError(f"cannot create the kb home: {error.strerror}") from None
-    elif not database.exists():
-        if not database.parent.is_dir() and database.parent.resolve() != home.resolve():
-            raise UsageError(
-                "cannot open the SQLite database file: its directory does not exist "
-                "(check --database-url / DATABASE_URL)"
-            )
-        raise NoKnowledgeBaseYet()
+    if database.exists():
+        return
+    if not database.parent.is_dir() and database.parent.resolve() != home.resolve():
+        raise UsageError(
+            "cannot open the SQLite database file: its directory does not exist "
+            "(check --database-url / DATABASE_URL)"
+        )
+    if not create:
+        raise NoKnowledgeBaseYet(settings.where(short=False))
+    if not home.parent.is_dir():
+        # docs/operations.md: a missing directory is exit 2. A typo in --home must not
+        # build a whole tree of directories; only the home itself is created.
+        raise UsageError(
+            f"cannot create the kb home {home}: its parent directory does not exist "
+            "(create it first, or choose another with --home DIR or KB_HOME)"
+        )
+    try:
+        home.mkdir(mode=0o700, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the kb home: {error.strerror}") from None
 
 
 def _login() -> str:

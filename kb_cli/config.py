@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,37 @@ class Settings:
     # relay`) are woken by commits; KB_WAKE=poll makes them poll only.
     wake: bool = True
     reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    def where(self, short: bool = True) -> str:
+        """Where the knowledge base is, for a person: the home (./.kb when it is under
+        the working directory and `short`), or a database server's host and database,
+        never its user or password."""
+        if self.is_sqlite:
+            default = f"sqlite:///{self.home / 'kb.sqlite3'}"
+            if self.database_url != default:
+                return self.database_url
+            return shown_path(self.home) if short else str(self.home)
+        parts = urllib.parse.urlsplit(self.database_url)
+        port = f":{parts.port}" if parts.port else ""
+        return f"database {parts.hostname or 'localhost'}{port}{parts.path}"
+
+    def store_where(self, short: bool = True) -> str:
+        """The object store, for a person (an s3:// location holds no keys)."""
+        if is_s3(self.object_store) or not short:
+            return self.object_store
+        return shown_path(Path(self.object_store))
+
+
+def shown_path(path: Path) -> str:
+    """./X for a path under the working directory, else the absolute path."""
+    try:
+        return f"./{path.relative_to(Path.cwd())}"
+    except ValueError:
+        return str(path)
 
 
 @dataclass(frozen=True)

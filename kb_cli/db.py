@@ -294,8 +294,9 @@ class Database:
 
     # --- schema ----------------------------------------------------------------------
 
-    def ensure_schema(self) -> None:
-        """Create the schema on first use; upgrade SQLite automatically.
+    def ensure_schema(self, create: bool = True) -> bool | None:
+        """Create the schema on first use (True then; None when there is none and not
+        `create`: nothing done); upgrade SQLite automatically.
 
         PostgreSQL databases shared by many hosts are upgraded on purpose, with
         `kb db upgrade`, never as a side effect of some command.
@@ -305,16 +306,19 @@ class Database:
         with self.read() as conn:
             version = self.schema_version(conn)
         if version == HEAD:
-            return
+            return False
         self._refuse_unknown(version)
         if version is None and self.is_sqlite:
             self._refuse_foreign_file()
+        if version is None and not create:
+            return None
         if version is not None and not self.is_sqlite:
             raise SchemaError(
                 f"the database schema is at revision {version}, this kb needs {HEAD}: "
                 "run `kb db upgrade`"
             )
         self.upgrade()
+        return version is None
 
     def _refuse_foreign_file(self) -> None:
         """A SQLite file with tables but no kb schema belongs to something else."""

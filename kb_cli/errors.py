@@ -63,13 +63,15 @@ class NotFoundError(KbError):
     code = "not_found"
 
 
-class NoKnowledgeBaseYet(NotFoundError):
-    """A read-only command found no database where it looked, and created none."""
+class NoKnowledgeBaseYet(UsageError):
+    """A command that puts nothing in a knowledge base found none where it looked, and
+    created none: usage (exit 2), like any path that does not exist. `where` names the
+    home (or the database) it looked in."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: str, choose: str = "--home DIR or KB_HOME") -> None:
         super().__init__(
-            "no knowledge base in this home yet: `kb upload FILE` creates one "
-            "(or point --home / KB_HOME / --database-url at an existing one)"
+            f"no knowledge base in {where}: run kb where you created one, or choose it "
+            f"with {choose}; `kb upload FILE` creates a new one"
         )
 
 
@@ -175,6 +177,17 @@ class ObjectStoreMisconfigured(UsageError):
     """The S3-compatible object store refused the configuration: bad credentials, a
     missing bucket, a wrong region. The message names the variable to fix; it passes
     only by changing it, so a task fails for good."""
+
+
+class UploadInterrupted(KbError):
+    """interrupted: nothing was stored (an upload stores every file or none); run it again"""
+
+    exit_code = 130
+    code = "interrupted"
+
+
+class WrongObjectStore(UsageError):
+    """The object store given is not the one this knowledge base's objects are in."""
 
 
 class DocumentTooLarge(KbError):

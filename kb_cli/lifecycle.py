@@ -32,6 +32,17 @@ class DocStatus(StrEnum):
     DELETING = "deleting"  # a delete has begun; already not_found, its rows going in batches
 
 
+class ListedDocStatus(StrEnum):
+    """The statuses `kb status --status` lists: a `deleting` document is already gone."""
+
+    DRAFT = "draft"
+    PROCESSING = "processing"
+    REVIEW_PENDING = "review_pending"
+    PUBLISHED = "published"
+    FAILED = "failed"
+    ARCHIVED = "archived"
+
+
 class EventType(StrEnum):
     """The lifecycle events a user may react to (`kb events`, `kb relay`)."""
 

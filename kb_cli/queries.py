@@ -403,6 +403,27 @@ def database_id(conn: Connection) -> str | None:
     return found
 
 
+def recorded_object_store(conn: Connection) -> str | None:
+    """Where the first upload stored this knowledge base's objects (kb_meta), for a
+    person: a directory or an s3:// location, never a key."""
+    found: str | None = conn.execute(
+        "SELECT value FROM kb_meta WHERE key = 'object_store'"
+    ).scalar()
+    return found
+
+
+def record_object_store(conn: Connection, where: str) -> None:
+    sql = "INSERT INTO kb_meta (key, value) VALUES ('object_store', :where) ON CONFLICT DO NOTHING"
+    conn.execute(sql, {"where": where[:500]})
+
+
+def newest_object_key(conn: Connection) -> str | None:
+    """The object of the newest document: one a store of this knowledge base holds."""
+    sql = f"SELECT object_key FROM {DOCUMENTS} ORDER BY created_at DESC LIMIT 1"
+    found: str | None = conn.execute(sql).scalar()
+    return found
+
+
 def document_count(conn: Connection) -> int:
     return int(conn.execute(f"SELECT count(*) FROM {DOCUMENTS}").scalar())
 

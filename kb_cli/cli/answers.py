@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import BaseOption, JsonFlag, finite_number, open_kb, open_to_read
+from kb_cli.cli.shared import BaseOption, JsonFlag, finite_number, open_kb
 from kb_cli.permissions import READERS, Rule, Target
 from kb_cli.ranking import SearchMode
 
@@ -59,9 +59,7 @@ def search(
     """
     from kb_cli.services import search as search_service
 
-    kb = open_to_read(ctx, SEARCH, json_out, base)
-    if kb is None:
-        return
+    kb = open_kb(ctx, SEARCH, base)
     result = search_service.search(
         kb, query, limit, mode and mode.value, per_document, base, context
     )

@@ -34,7 +34,9 @@ def base_create(
     """
     from kb_cli.services import bases
 
-    console.print_bases([bases.create_base(open_kb(ctx, BASE_CREATE), name, teams or [])], json_out)
+    console.print_bases(
+        [bases.create_base(open_kb(ctx, BASE_CREATE, create=True), name, teams or [])], json_out
+    )
 
 
 @base_app.command("list")

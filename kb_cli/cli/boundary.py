@@ -45,6 +45,8 @@ def _invoke(app: typer.Typer, args: list[str], invocation: Invocation, as_json: 
     try:
         command = commandline.build(app)
         result = command.main(args=args, prog_name="kb", standalone_mode=False, obj=invocation)
+        if invocation.created is not None:
+            console.note(f"created a new knowledge base in {invocation.created}")
         return result if isinstance(result, int) else 0
     except typer.Exit as done:
         return done.exit_code
@@ -59,7 +61,9 @@ def _invoke(app: typer.Typer, args: list[str], invocation: Invocation, as_json: 
             return 2
         message = " ".join(error.format_message().split())
         if type(error).__name__ == "NoSuchOption":
-            message += f"; {commandline.GLOBAL_OPTIONS_HINT}"
+            longer = _options_starting(error)
+            hint = f"did you mean {' or '.join(longer)}?" if longer else ""
+            message += f"; {hint or commandline.GLOBAL_OPTIONS_HINT}"
         return _report("usage", message, 2, as_json)
     except KbError as error:
         if debug:
@@ -76,6 +80,17 @@ def _invoke(app: typer.Typer, args: list[str], invocation: Invocation, as_json: 
             raise
         message = f"unexpected {type(error).__name__}; run with KB_DEBUG=1 for details"
         return _report("internal_error", message, 1, as_json)
+
+
+def _options_starting(error: typer.TyperException) -> list[str]:
+    """The command's options that the unknown one is the start of (`--all` for
+    `--all-reviewed`): the parser suggests only options spelt alike."""
+    given = getattr(error, "option_name", "") or ""
+    command = getattr(getattr(error, "ctx", None), "command", None)
+    if not given.startswith("--") or command is None:
+        return []
+    names = [name for param in command.params for name in getattr(param, "opts", [])]
+    return sorted(name for name in names if name.startswith(given) and name != given)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from kb_cli.cli.shared import (
     open_granted,
     open_kb,
     print_with_filenames,
+    settings_of,
 )
 from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
@@ -57,6 +58,14 @@ def upload(
             show_default=False,
         ),
     ] = None,
+    skip_existing: Annotated[
+        bool,
+        typer.Option(
+            "--skip-existing",
+            help="Leave out a file whose content a document of the base already has "
+            "(uploading a folder again stores only what is new).",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Upload files as draft documents.
@@ -79,9 +88,14 @@ def upload(
             console.warn(f"the new file differs in name or type: {replaced.renamed}")
         records: list[Any] = [replaced.record]
     else:
-        kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE)
-        uploaded = documents.upload(kb, files, submit=submit, base=base or DEFAULT_BASE)
+        # Checked before the knowledge base is opened: a refused upload creates no home.
+        documents.check_files(files, settings_of(ctx).max_upload_bytes)
+        kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE, create=True)
+        uploaded = documents.upload(
+            kb, files, submit=submit, base=base or DEFAULT_BASE, skip_existing=skip_existing
+        )
         console.warn_duplicates(uploaded.duplicates)
+        console.note_skipped(uploaded.skipped)
         records = uploaded.records
     print_with_filenames(records, json_out)
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import BaseOption, JsonFlag, finite_number, open_kb, open_to_read
+from kb_cli.cli.shared import BaseOption, JsonFlag, finite_number, open_kb
 from kb_cli.permissions import READERS, WORKERS, Rule, Target
 
 EVENTS = Rule("events", READERS, Target.BASE)
@@ -45,19 +45,18 @@ def events(
     """
     from kb_cli.services import events as events_service
 
-    kb = open_to_read(ctx, EVENTS, json_out, base)
-    if kb is None:
-        return
+    kb = open_kb(ctx, EVENTS, base)
+    name_of = events_service.file_names(kb)
     if not follow:
         for event in events_service.list_events(kb, since, base):
-            console.print_event(event, json_out)
+            console.print_event(event, json_out, name_of)
         return
     from kb_cli.worker import stop_on_signals
 
     stop = threading.Event()
     stop_on_signals(stop, lambda _signal: None)
     for event in events_service.follow_events(kb, since, base, stop):
-        console.print_event(event, json_out)
+        console.print_event(event, json_out, name_of)
 
 
 RELAY = Rule("relay", WORKERS)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -122,11 +121,13 @@ def demo(
 
 def _authorize_demo(ctx: typer.Context) -> None:
     """Like every command, the demo needs the caller's permission (admin) once an admin
-    exists; a SQLite database that does not exist yet has none, and is not created."""
-    url = settings_of(ctx).database_url
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+    exists; where there is no knowledge base yet there is no admin, and none is created."""
+    from kb_cli.errors import NoKnowledgeBaseYet
+
+    try:
+        open_kb(ctx, DEMO)
+    except NoKnowledgeBaseYet:
         return
-    open_kb(ctx, DEMO)
 
 
 db_app = typer.Typer(

@@ -62,6 +62,8 @@ class Invocation:
     # Closed when the invocation ends, so that no connection outlives its command (an
     # in-process caller, such as the tests, keeps running after it).
     opened: list[Database] = field(default_factory=list)
+    # Where this invocation created a new knowledge base, if it did.
+    created: str | None = None
 
     def close(self) -> None:
         for database in self.opened:
@@ -73,11 +75,12 @@ def invocation_of(ctx: typer.Context) -> Invocation:
     return invocation
 
 
-def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = True):
+def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = False):
     """Connect, then run the guard: the command's rule (the roles it needs, the base of
     what it names) against the caller's token. The context returned acts as the caller
-    the guard established. Read-only commands pass `create=False`: they never create a
-    home or a database."""
+    the guard established. Only the commands that put something in a knowledge base
+    (upload, `user add`, `base create`) pass `create=True`; every other one is refused
+    where there is none, and creates nothing."""
     return open_granted(ctx, rule, target, create)[0]
 
 
@@ -85,7 +88,7 @@ def open_granted(
     ctx: typer.Context,
     rule: Rule,
     target: str | None = None,
-    create: bool = True,
+    create: bool = False,
     more: Sequence[str] = (),
 ) -> tuple[Kb, Grant]:
     """`open_kb`, and what the guard resolved: the full id (and kind) of the `target` a
@@ -96,6 +99,8 @@ def open_granted(
     settings = settings_of(ctx)
     kb = Kb.open(settings, create=create)
     invocation_of(ctx).opened.append(kb.db)
+    if kb.created:  # said once the command succeeded (boundary), so a home made in the
+        invocation_of(ctx).created = settings.where()  # wrong directory is noticed
     grant = access.authorize(kb, rule, target, more)
     kb = kb.acting_as(grant.actor)
     invocation_of(ctx).session = Session(kb, rule.command, target)
@@ -122,19 +127,6 @@ def print_with_filenames(records: list[Any], json_out: bool) -> None:
         if isinstance(record, TaskRecord) and record.filename is not None
     }
     console.print_records(records, json_out, names)
-
-
-def open_to_read(ctx: typer.Context, rule: Rule, json_out: bool, target: str | None = None):
-    """For commands that list or search: with no knowledge base yet there is nothing to
-    show, which is said on stderr (not in --json mode); None then."""
-    from kb_cli.errors import NoKnowledgeBaseYet
-
-    try:
-        return open_kb(ctx, rule, target, create=False)
-    except NoKnowledgeBaseYet as nothing:
-        if not json_out:
-            console.note(nothing.message)
-        return None
 
 
 # The longest time any option may give (11.6 days): longer is a typo, and would

@@ -15,12 +15,11 @@ from kb_cli.cli.shared import (
     finite_number,
     open_granted,
     open_kb,
-    open_to_read,
     print_with_filenames,
 )
 from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import UsageError, WaitTimeout
-from kb_cli.lifecycle import DocStatus, ErrorCode
+from kb_cli.lifecycle import ErrorCode, ListedDocStatus
 from kb_cli.permissions import (
     BASE_PREFIX,
     EDITORS,
@@ -64,11 +63,11 @@ def status(
         ),
     ] = None,
     status_filter: Annotated[
-        DocStatus | None,
+        ListedDocStatus | None,
         typer.Option(
             "--status",
             metavar="STATUS",
-            help=f"List only the documents with this status: {', '.join(DocStatus)}.",
+            help=f"List only the documents with this status: {', '.join(ListedDocStatus)}.",
         ),
     ] = None,
     error_code: Annotated[
@@ -78,6 +77,16 @@ def status(
             metavar="CODE",
             help="List only the documents whose latest task failed with this error code: "
             f"{', '.join(ErrorCode)}.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            metavar="N",
+            min=1,
+            help="List only the newest N documents.",
+            show_default=False,
         ),
     ] = None,
     json_out: JsonFlag = False,
@@ -91,15 +100,17 @@ def status(
     if entity_id is None:
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
-        kb = open_to_read(ctx, STATUS, json_out)
-        records = documents.list_document_records(kb, status_filter, error_code) if kb else []
+        kb = open_kb(ctx, STATUS)
+        records = documents.list_document_records(kb, status_filter, error_code)
+        shown = records[:limit] if limit else records
         if json_out:
-            console.print_records(records, True)
-        elif kb:
-            console.print_document_table(records, footer=kb.settings.embeddings.describe())
+            console.print_records(shown, True)
+        else:
+            footer = kb.settings.embeddings.describe()
+            console.print_document_table(shown, footer=footer, of=len(records))
         return
-    if status_filter or error_code:
-        raise UsageError("--status and --error-code filter the list; give no id with them")
+    if status_filter or error_code or limit:
+        raise UsageError("--status, --error-code and --limit filter the list; give no id with them")
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
     kb, grant = open_granted(ctx, STATUS, entity_id, create=False)
@@ -212,6 +223,9 @@ def retry(
     else:
         records = [tasks.retry_task(kb, grant.full_id, grant.kind)]
     print_with_filenames(records, json_out)
+    if not records:  # said like publish --all-reviewed's
+        with_code = f" with {error_code}" if error_code else ""
+        console.note(f"nothing to retry: no failed task{with_code} you may retry")
 
 
 WORK = Rule("work", WORKERS, Target.TASK)
@@ -338,16 +352,31 @@ def work(
     stop = threading.Event()
     stop_on_signals(stop, console.stopping)
     kb, grant = open_granted(ctx, WORK, task_id)
+    if not json_out:
+        listener.started(kb.settings.where(), kb.settings.store_where())
     worker = Worker(kb, options, listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
+    worked = False
     try:
         for result in worker.run(grant.id, max_tasks=limit, loop=loop):
+            worked = worked or result.task is not None
             if json_out:
                 console.write_json(result)
             elif result.task is not None and not fancy:  # the live display showed it
                 console.emit(console.task_line(result.task))
     finally:
         listener.close()
+    if not worked and task_id is None and not json_out:
+        _hint_drafts(kb)
+
+
+def _hint_drafts(kb) -> None:
+    """Nothing was claimable: uploads without --submit are drafts no worker takes."""
+    from kb_cli.services import documents
+
+    drafts = documents.list_document_records(kb, "draft")
+    if drafts:
+        console.print_drafts_waiting(len(drafts), drafts[0].document_id)
 
 
 HISTORY = Rule("history", READERS, Target.TRAIL)

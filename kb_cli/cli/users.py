@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, TeamOption, open_kb, open_to_read
+from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, TeamOption, open_kb
 from kb_cli.permissions import ADMINS, Role, Rule
 
 user_app = typer.Typer(
@@ -47,7 +47,7 @@ def user_add(
     """
     from kb_cli.services import access
 
-    new_user = access.add_user(open_kb(ctx, USER, name), name, role.value, teams)
+    new_user = access.add_user(open_kb(ctx, USER, name, create=True), name, role.value, teams)
     console.print_new_user(new_user, json_out)
 
 
@@ -66,8 +66,7 @@ def user_list(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """
     from kb_cli.services import users
 
-    kb = open_to_read(ctx, USER, json_out)
-    console.print_users(users.list_users(kb) if kb is not None else [], json_out)
+    console.print_users(users.list_users(open_kb(ctx, USER)), json_out)
 
 
 @user_app.command("disable")

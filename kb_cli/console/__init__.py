@@ -45,13 +45,14 @@ from kb_cli.console.tasks import (
     WIDE,
     confirm_deletion,
     document_line,
+    note_skipped,
     print_deletions,
     print_document_table,
     task_line,
     warn_duplicates,
 )
 from kb_cli.console.waiting import NO_WORKER_HINT, NO_WORKER_HINT_SECONDS, LiveWait, WaitHint
-from kb_cli.console.workers import LiveWorkerDisplay, PlainWorkerLog
+from kb_cli.console.workers import LiveWorkerDisplay, PlainWorkerLog, print_drafts_waiting
 
 __all__ = [
     "NO_WORKER_HINT",
@@ -77,11 +78,13 @@ __all__ = [
     "is_fancy",
     "log",
     "note",
+    "note_skipped",
     "print_bases",
     "print_deletions",
     "print_demo_summary",
     "print_doctor",
     "print_document_table",
+    "print_drafts_waiting",
     "print_eval",
     "print_event",
     "print_new_user",

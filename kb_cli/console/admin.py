@@ -13,6 +13,7 @@ from kb_cli.console.core import (
     emit,
     is_fancy,
     log,
+    short,
     write_json,
     write_json_lines,
 )
@@ -54,6 +55,25 @@ def print_reindex(report: Any, as_json: bool) -> None:
         emit(f"embedded {chunks} of {revisions} with {report.model}")
 
 
+# What a person does about each kind of problem `kb doctor` reports (a kind whose
+# detail already says it, such as changed_object, has none here).
+NEXT_STEPS = {
+    "expired_lease": "a running `kb work` takes it over, or `kb doctor --repair` requeues it now",
+    "orphan_object": "`kb doctor --repair` moves it to the quarantine",
+    "stray_chunks": "`kb doctor --repair` deletes them",
+    "stray_artefact": "`kb doctor --repair` deletes it",
+    "unfinished_delete": "`kb doctor --repair` finishes the delete",
+    "missing_object": "upload the file again with `kb upload FILE --replace {short}`, or check "
+    "that --object-store / OBJECT_STORE_ROOT is this knowledge base's",
+    "missing_base": "`kb base create BASE`, or `kb base move {short} BASE` to an existing one",
+    "dangling_access": "`kb base revoke` the grant, or create what it names",
+    "foreign_store": "point --object-store / OBJECT_STORE_ROOT at this knowledge base's store",
+    "served_while_out": "`kb unpublish {short}` or `kb publish {short}` settles it",
+    "status_pair": "`kb status {short}` shows both; `kb retry` or `kb cancel` settles the task",
+    "stale_task": "`kb cancel {short}` ends it",
+}
+
+
 def print_doctor(report: Any, as_json: bool) -> None:
     if as_json:
         write_json(report)
@@ -61,7 +81,8 @@ def print_doctor(report: Any, as_json: bool) -> None:
     for fix in report.repaired:
         emit(f"repaired {fix.kind} {fix.id}: {fix.detail}")
     for problem in report.problems:
-        emit(f"problem {problem.kind} {problem.id}: {problem.detail}")
+        step = NEXT_STEPS.get(problem.kind, "").format(short=short(problem.id))
+        emit(f"problem {problem.kind} {problem.id}: {problem.detail}{'; ' + step if step else ''}")
     if report.ok:
         emit("ok: every invariant holds")
 

@@ -210,24 +210,56 @@ def cut_name(name: str, width: int, keep_end: int | None = None) -> str:
 def cut_names(names: list[str], width: int) -> dict[str, str]:
     """Each name cut to `width` cells (cut_name), and two different names still told
     apart where the width allows: names cut alike move the `…`, nearest first, until
-    their cuts differ."""
+    their cuts differ; names that share a long start and a long end (r…-password.pdf)
+    then show the middle part where they differ, between two `…`."""
     cuts = {name: cut_name(name, width) for name in names}
     default = width // 3
     shifts = sorted(range(1, width - 1), key=lambda keep_end: abs(keep_end - default))
     for keep_end in shifts:
         alike = _cut_alike(cuts)
         if not alike:
-            break
+            return cuts
         for name in alike:
             cuts[name] = cut_name(name, width, keep_end)
+    for group in _groups_alike(cuts):
+        differ = _shared_start(group)
+        for name in group:
+            cuts[name] = _cut_around(name, width, differ)
     return cuts
 
 
-def _cut_alike(cuts: dict[str, str]) -> list[str]:
+def _cut_around(name: str, width: int, at: int) -> str:
+    """`width` cells of `name` that show it from a little before index `at`: its first
+    character, `…`, the part from there, `…`, and its last few cells (the extension)."""
+    if width < 7:
+        return cut_name(name, width)
+    end = _last_cells(name, min(5, width // 4))
+    start = name[:1]
+    middle_from = max(1, at - 2)
+    room = width - cell_len_of(start) - cell_len_of(end) - 2
+    middle = _first_cells(name[middle_from : len(name) - len(end)], room)
+    if middle_from + len(middle) >= len(name) - len(end):
+        return cut_name(name, width, cell_len_of(name) - middle_from)
+    return f"{start}…{middle}…{end}"
+
+
+def _shared_start(names: list[str]) -> int:
+    """How many characters every one of `names` starts with alike."""
+    first, last = min(names), max(names)  # the two that differ soonest
+    return next(
+        (i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first)
+    )
+
+
+def _groups_alike(cuts: dict[str, str]) -> list[list[str]]:
     seen: dict[str, list[str]] = {}
     for name, cut in cuts.items():
         seen.setdefault(cut, []).append(name)
-    return [name for group in seen.values() if len(group) > 1 for name in group]
+    return [group for group in seen.values() if len(group) > 1]
+
+
+def _cut_alike(cuts: dict[str, str]) -> list[str]:
+    return [name for group in _groups_alike(cuts) for name in group]
 
 
 def _first_cells(text: str, cells: int) -> str:

@@ -6,10 +6,23 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from kb_cli.console.core import cut_to, emit, is_fancy, log, quoted, short, visible, write_json
+from kb_cli.console.core import (
+    cell_len_of,
+    cut_name,
+    cut_to,
+    emit,
+    is_fancy,
+    log,
+    quoted,
+    short,
+    visible,
+    write_json,
+)
 from kb_cli.records import EventRecord
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kb_cli.services.relay import Delivery
 
 
@@ -21,23 +34,31 @@ def event_line(event: EventRecord) -> str:
     return f"{event.event_id} {event.at} {event.type} base={event.base} {subject} {data}"
 
 
-def terminal_event_line(event: EventRecord, width: int) -> str:
-    """The same event for a person: its time of day, short ids and what changed, cut
-    to the terminal's width (the full record is `--json` or piped output)."""
-    subject = f"document {short(event.document_id)}"
-    if event.task_id:
-        subject += f" task {short(event.task_id)}"
-    status = event.data.get("error_code") or event.data.get("status") or ""
-    line = f"{event.event_id} {event.at[11:19]} {event.type} {event.base} {subject} {status}"
-    return cut_to(visible(line.rstrip()), width)
+def terminal_event_line(event: EventRecord, width: int, filename: str | None = None) -> str:
+    """The same event for a person: its time of day, short document id, its file and
+    what changed, in the terminal's width: the file name is cut (never the status, the
+    last field); the full record is `--json` or piped output."""
+    head = f"{event.event_id} {event.at[11:19]} {event.type} {event.base} "
+    head += short(event.document_id)
+    status = str(event.data.get("error_code") or event.data.get("status") or "")
+    room = width - cell_len_of(head) - len(status) - 2
+    name = cut_name(visible(filename), room) if filename and room >= _MIN_NAME_CELLS else ""
+    line = " ".join(part for part in (visible(head), name, status) if part)
+    return cut_to(line, width)
 
 
-def print_event(event: EventRecord, as_json: bool) -> None:
+_MIN_NAME_CELLS = 6
+
+
+def print_event(
+    event: EventRecord, as_json: bool, name_of: Callable[[str | None], str | None] | None = None
+) -> None:
     """One event as soon as it is read: a follower's reader sees it at once."""
     if as_json:
         write_json(event)
     elif is_fancy(sys.stdout):
-        emit(terminal_event_line(event, shutil.get_terminal_size().columns))
+        filename = name_of(event.document_id) if name_of else None
+        emit(terminal_event_line(event, shutil.get_terminal_size().columns, filename))
     else:
         emit(event_line(event))
     sys.stdout.flush()

@@ -61,7 +61,12 @@ class LiveStages:
             task = self.progress.tasks[self._position(earlier)]
             if not task.finished:
                 whole = task.total or 1
-                self.progress.update(self.bars[earlier], total=whole, completed=whole, mark=_DONE)
+                # Its count too: a stage seen at 0/540 that another look found past
+                # reads 540/540 once ticked, never "✓ indexing 0/540".
+                count = stage_count(earlier, int(whole), int(whole)) if task.total else ""
+                self.progress.update(
+                    self.bars[earlier], total=whole, completed=whole, mark=_DONE, count=count
+                )
         self._ensure(stage)
         elapsed = time.monotonic() - self.started[stage]
         # A rate says something only over several items and a measurable time: one

@@ -11,6 +11,7 @@ from kb_cli.console.core import (
     cell,
     cell_len_of,
     counted,
+    cut_name,
     cut_names,
     emit,
     human_size,
@@ -97,9 +98,9 @@ def _fields_panel(title: str, fields: list[tuple[str, str]]):
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED, expand=False)
 
 
-def _task_fields(task: TaskRecord) -> list[tuple[str, str]]:
+def _task_fields(task: TaskRecord, status_label: str = "status") -> list[tuple[str, str]]:
     fields = [
-        ("status", styled(task.status)),
+        (status_label, styled(task.status)),
         ("stage", f"{task.stage} {stage_count(task.stage, task.completed, task.total)}".rstrip()),
         ("attempt", str(task.attempt)),
     ]
@@ -158,7 +159,8 @@ def document_panel(document: DocumentRecord):
         fields.append(("rejected", cell(document.rejected_reason)))
     task = document.latest_task
     if task is not None:
-        fields += [("latest task", task.task_id), *_task_fields(task)]
+        # "task status": the panel's first status is the document's.
+        fields += [("latest task", task.task_id), *_task_fields(task, "task status")]
     return _fields_panel(f"document {document.document_id}", fields)
 
 
@@ -186,11 +188,12 @@ _FILE_CELLS_BEFORE_WIDE = 24  # the task's fields get columns only when the file
 _ID_CELLS = 8  # a short id
 
 
-def document_table(records: list[DocumentRecord], width: int):
-    """Short id, file, document status and the latest task: below WIDE columns the
-    task's status, stage, progress and error share one column. Every column but the
-    file's has a width that does not change while tasks run; the file takes the room
-    left, and a name that does not fit is cut in the middle (`…`), never wrapped."""
+def document_table(records: list[DocumentRecord], width: int, of: int | None = None):
+    """Short id, file, the base (when more than one is shown), document status and the
+    latest task: below WIDE columns the task's status, stage, progress and error share
+    one column. Columns are as wide as what they show; the file takes the room left,
+    and a name that does not fit is cut (`…`) so that different names stay different,
+    never wrapped."""
     now = datetime.now(UTC)
     longest = max((cell_len_of(visible(r.filename)) for r in records), default=0)
     wide = width >= WIDE
@@ -202,19 +205,25 @@ def document_table(records: list[DocumentRecord], width: int):
         room = _file_room(width, columns)
     file_cells = max(min(longest, room), _MIN_FILE_CELLS, len("file"))
     names = cut_names([visible(record.filename) for record in records], file_cells)
-    table = _table(f"{counted(len(records), 'document')}, newest first")
+    title = f"{counted(len(records), 'document')}, newest first"
+    if of is not None and of > len(records):
+        title = f"the newest {len(records)} of {counted(of, 'document')} (--limit)"
+    table = _table(title)
     table.add_column("id", no_wrap=True, width=_ID_CELLS)
     table.add_column("file", no_wrap=True, width=file_cells)
     for name, cells in columns:
         justify = "right" if name == "age" else "left"
         table.add_column(name, no_wrap=True, width=cells, justify=justify, overflow="ellipsis")
+    with_base = columns[0][0] == "base"
     for document in records:
         task = document.latest_task
+        summary_cells = columns[2 if with_base else 1][1]
         table.add_row(
             short(document.document_id),
             cell(names[visible(document.filename)]),
+            *([cell(document.base)] if with_base else []),
             styled(document.status),
-            *(_task_cells(task) if wide else [_task_summary(task, columns[1][1])]),
+            *(_task_cells(task) if wide else [_task_summary(task, summary_cells)]),
             _age(document.created_at, now),
         )
     return table
@@ -231,7 +240,11 @@ def _document_columns(records: list[DocumentRecord], wide: bool) -> list[tuple[s
     """The columns after id and file, with their fixed widths."""
     codes = [r.latest_task.error_code for r in records if r.latest_task is not None]
     longest_code = max((len(code) for code in codes if code), default=0)
-    columns = [("document", _DOCUMENT_STATUS_CELLS)]
+    statuses = max((len(r.status) for r in records), default=0)
+    columns = [("document", max(statuses, len("document")))]
+    bases = {r.base for r in records}
+    if len(bases) > 1:  # same-named files of two bases would look alike
+        columns.insert(0, ("base", max(len("base"), *(cell_len_of(visible(b)) for b in bases))))
     if wide:
         columns += [
             ("task", _TASK_STATUS_CELLS),
@@ -242,8 +255,10 @@ def _document_columns(records: list[DocumentRecord], wide: bool) -> list[tuple[s
         ]
     else:
         # A failed or waiting task shows its error code whole: it is what to search for.
-        summary = max(_TASK_SUMMARY_CELLS, _TASK_STATUS_CELLS + 1 + longest_code)
-        columns.append(("task", summary))
+        # Otherwise the column is as wide as what it shows now (a table is printed
+        # once; only a running task's count, up to _TASK_SUMMARY_CELLS, makes it wider).
+        summaries = [_summary_cells(r.latest_task) for r in records]
+        columns.append(("task", max([len("task"), *summaries])))
     return [*columns, ("age", _AGE_CELLS)]
 
 
@@ -257,6 +272,18 @@ def _task_cells(task: TaskRecord | None) -> list[str]:
         str(task.attempt),
         f"[red]{task.error_code}[/red]" if task.error_code else "",
     ]
+
+
+def _summary_cells(task: TaskRecord | None) -> int:
+    """The cells `_task_summary` needs for this task, now and while it runs."""
+    if task is None:
+        return 1
+    if task.error_code:
+        return len(task.status) + 1 + len(task.error_code)
+    if task.status == TaskStatus.RUNNING:
+        progress = stage_count(task.stage, task.completed, task.total)
+        return min(len(f"{task.status} {task.stage} {progress}".rstrip()), _TASK_SUMMARY_CELLS)
+    return len(task.status)
 
 
 def _task_summary(task: TaskRecord | None, cells: int) -> str:
@@ -302,15 +329,20 @@ def task_table(records: list[TaskRecord], filenames: dict[str, str], width: int)
     return table
 
 
-def print_document_table(records: list[DocumentRecord], footer: str = "") -> None:
+def print_document_table(
+    records: list[DocumentRecord], footer: str = "", of: int | None = None
+) -> None:
     """`kb status` without an id: a table on a terminal (with a footer line), plain
-    lines otherwise."""
+    lines otherwise. `of`: how many there were before --limit kept `records`."""
+    left_out = (of or 0) - len(records)
     if not is_fancy(sys.stdout):
         for record in records:
             emit(document_line(record))
+        if left_out > 0:
+            log(f"kb: {counted(left_out, 'older document')} not shown (--limit)")
         return
     console = rich_console()
-    console.print(document_table(records, console.width))
+    console.print(document_table(records, console.width, of))
     if footer:
         console.print(f"[dim]{cell(footer)}[/dim]")
 
@@ -333,8 +365,17 @@ def warn_duplicates(duplicates: list[Any]) -> None:
         warn(
             f"{name} has the same content as {other} ({short(duplicate.same_as_id)}) "
             f"{where}; stored anyway as document {short(duplicate.document_id)} "
-            f"(kb delete {short(duplicate.document_id)} removes it)"
+            f"(kb delete {short(duplicate.document_id)} removes it; upload --skip-existing "
+            "leaves such files out)"
         )
+
+
+def note_skipped(skipped: list[Any]) -> None:
+    """`upload --skip-existing`: each file left out, and the document that has it."""
+    for skip in skipped:
+        name, other = visible(skip.filename), visible(skip.same_as_filename)
+        where = f"{other} ({short(skip.same_as_id)})" if skip.same_as_id else f"{other} above"
+        log(f"kb: skipped {name}: same content as {where}")
 
 
 def confirm_deletion(planned: list[Any]) -> bool:
@@ -348,7 +389,14 @@ def confirm_deletion(planned: list[Any]) -> bool:
     what = counted(len(planned), "document")
     sys.stderr.write(f"delete {what} with their chunks and files? [y/N] ")
     sys.stderr.flush()
-    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")  # the shell's prompt starts on a line of its own
+        raise
+    if not answer.endswith("\n"):  # Ctrl-D: the line was never ended
+        sys.stderr.write("\n")
+    if answer.strip().lower() not in ("y", "yes"):
         log("nothing deleted")
         return False
     return True
@@ -358,11 +406,21 @@ def print_deletions(deletions: list[Any], as_json: bool) -> None:
     if as_json:
         write_json_lines(deletions)
         return
+    # On a terminal each line fits its width: a short id, the file name cut to the
+    # room left (never a line wrapped mid-word); piped lines stay whole, for scripts.
+    width = rich_console().width if is_fancy(sys.stdout) else None
     for deletion in deletions:
         verb = "deleted" if deletion.deleted else "would delete"
-        emit(
-            f"{verb} {deletion.document_id} {visible(deletion.filename)} ({deletion.status}; "
-            f"{counted(deletion.chunks, 'chunk')}, {counted(deletion.tasks, 'task')})"
+        what = (
+            f"({deletion.status}; {counted(deletion.chunks, 'chunk')}, "
+            f"{counted(deletion.tasks, 'task')})"
         )
+        name = visible(deletion.filename)
+        if width is None:
+            emit(f"{verb} {deletion.document_id} {name} {what}")
+            continue
+        head = f"{verb} {short(deletion.document_id)}"
+        room = width - 1 - len(head) - 2 - cell_len_of(what)
+        emit(f"{head} {cut_name(name, max(room, 8))} {what}")
     if not deletions:
         log("kb: nothing to delete")

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import time
 
+from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.console.core import counted, log
 from kb_cli.console.stages import LiveStages, outcome_lines, task_title
 from kb_cli.lifecycle import Stage
 from kb_cli.records import QueuePlace, TaskRecord
 
-NO_WORKER_HINT_SECONDS = 11.0  # two fallback polls of an idle worker (5 s), and a second
+# An idle worker claims a new task at once (woken by the commit); only a lost wake-up
+# makes it wait for its fallback poll (--poll-seconds, 5 s by default). So the hint
+# comes after one such poll and a second, as docs/workers.md says.
+NO_WORKER_HINT_SECONDS = WORKER_DEFAULTS.poll_seconds + 1
 NO_WORKER_HINT = (
     "no worker has claimed it for {seconds:.0f} s and none is running: start one in "
     "another terminal with `kb work --loop`"
@@ -86,8 +90,9 @@ class LiveWait(WaitHint):
         live = self.live
         if live is None:  # not started
             return
-        if self.attempt is not None and task.attempt != self.attempt:
-            live.reset()
+        stopped = task.status == "queued" and live.bars  # a worker released it
+        if stopped or (self.attempt is not None and task.attempt != self.attempt):
+            live.reset()  # another worker starts it over: no stage of the last run is done
         self.attempt = task.attempt
         for line in self.notes(task, queue):
             live.print(f"[yellow]{line}[/yellow]")

@@ -11,9 +11,11 @@ from kb_cli.console.core import (
     PLAIN_PROGRESS_INTERVAL,
     cell,
     cell_len_of,
+    counted,
     cut_name,
     cut_to,
     log,
+    note,
     quoted,
     short,
     visible,
@@ -37,6 +39,13 @@ class PlainWorkerLog:
         self._last: tuple[str, int, int] | None = None
         self._last_at = 0.0
         self._idle = False
+        self.where = ""  # the knowledge base and store served, once started() named them
+        self.store = ""
+
+    def started(self, where: str, store: str) -> None:
+        """Which knowledge base and object store this worker serves: named by its idle
+        line (the contract's lines stay as they are, a claim's first)."""
+        self.where, self.store = where, store
 
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
         self._idle = False
@@ -54,7 +63,8 @@ class PlainWorkerLog:
             log(f"claim missed task={task_id} worker={self.worker_id}")
         elif not self._idle:
             self._idle = True
-            log(f"no claimable task worker={self.worker_id}")
+            serving = f" kb={quoted(self.where)} store={quoted(self.store)}" if self.where else ""
+            log(f"no claimable task worker={self.worker_id}{serving}")
 
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
         now = time.monotonic()
@@ -110,6 +120,12 @@ class LiveWorkerDisplay(PlainWorkerLog):
         self.done = 0
         self.last: str | None = None
 
+    def started(self, where: str, store: str) -> None:
+        self.where, self.store = where, store
+        name = visible(self.worker_id)
+        line = f"worker {name} serving {visible(where)} · objects in {visible(store)}"
+        self.console.print(cut_to(line, self.console.width), style="dim", markup=False)
+
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
         from rich.text import Text
 
@@ -153,6 +169,9 @@ class LiveWorkerDisplay(PlainWorkerLog):
         since = f"{self.idle_since:%H:%M:%S}" if self.idle_since else ""
         head = f"worker {visible(self.worker_id)} waiting since {since} · {self.done} done"
         tail = " · Ctrl-C to stop"
+        room = width - cell_len_of(head + tail) - len(" · ")
+        if self.where and room >= _MIN_NAME_CELLS:  # which knowledge base it waits on
+            head += f" · {cut_name(visible(self.where), room)}"
         room = width - cell_len_of(head + tail) - len(" · last: ")
         if self.last and room >= min(cell_len_of(self.last), _MIN_NAME_CELLS):
             head += f" · last: {cut_name(self.last, room)}"
@@ -216,3 +235,12 @@ class LiveWorkerDisplay(PlainWorkerLog):
             self.live.stop()
             self.live.print(message)
             self.live = None
+
+
+def print_drafts_waiting(count: int, newest_id: str) -> None:
+    """Nothing was claimable while drafts wait: the command that queues them."""
+    wait = "waits" if count == 1 else "wait"
+    note(
+        f"{counted(count, 'draft')} {wait} to be submitted: kb submit {short(newest_id)} "
+        "queues one (kb status --status draft lists them; kb upload --submit does both)"
+    )

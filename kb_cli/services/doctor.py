@@ -251,7 +251,8 @@ def _objects(kb: Kb, referenced: dict[str, str], deleting: set[str]) -> list[Pro
         Problem(
             "missing_object",
             document_id,
-            f"document {document_id} refers to object {key}, which is not in the store",
+            f"document {document_id}{_file_of(kb, document_id)} refers to object {key}, "
+            "which is not in the store",
             document_id,
             key,
         )
@@ -295,6 +296,13 @@ def _changed_objects(kb: Kb, referenced: dict[str, str]) -> list[Problem]:
             )
         )
     return problems
+
+
+def _file_of(kb: Kb, document_id: str) -> str:
+    """` (report.pdf)`: the file a problem's document was uploaded from."""
+    with kb.db.read() as conn:
+        document = queries.get_document(conn, document_id)
+    return f" ({document.filename})" if document is not None else ""
 
 
 def _sha256_of(kb: Kb, key: str) -> str | None:

@@ -5,15 +5,21 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kb_cli import queries
-from kb_cli.app import Kb, require_base
+from kb_cli.app import Kb, check_store_owner, require_base
 from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
-from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
+from kb_cli.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    UploadInterrupted,
+    UsageError,
+)
 from kb_cli.lifecycle import (
     PUBLISHABLE,
     REPLACEABLE,
@@ -48,17 +54,33 @@ class Uploaded:
 
     records: list[TaskRecord] | list[DocumentRecord]
     duplicates: list[Duplicate]
+    # --skip-existing: the files not stored, each with the document that has its content.
+    skipped: list[Duplicate] = field(default_factory=list)
 
 
-def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> Uploaded:
-    """Store each file as a draft document of `base` (and submit it); all or nothing."""
+def upload(
+    kb: Kb,
+    paths: list[Path],
+    submit: bool = False,
+    base: str = DEFAULT_BASE,
+    skip_existing: bool = False,
+) -> Uploaded:
+    """Store each file as a draft document of `base` (and submit it); all or nothing.
+    `skip_existing`: a file whose content a document of `base` (or an earlier file of
+    this upload) already has is left out, not stored again."""
     if not paths:
         raise UsageError("give at least one file to upload")
-    uploads = _check_files(paths, kb.settings.max_upload_bytes)
+    uploads = check_files(paths, kb.settings.max_upload_bytes)
+    owner = _claimed_store(kb)
     stored = _store_all(kb, uploads)
+    skipped: list[Duplicate] = []
+    kept = stored
     try:
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
+            _own_store(conn, kb, owner)
+            if skip_existing:
+                uploads, kept, skipped = _without_existing(conn, base, uploads, stored)
             # A stamp per document, so that `kb status` (newest first) and the queue
             # keep the order of the files named.
             inserted = [
@@ -67,7 +89,7 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
                     up.filename,
                     obj,
                 )
-                for up, obj in zip(uploads, stored, strict=True)
+                for up, obj in zip(uploads, kept, strict=True)
             ]
             duplicates = _duplicates(conn, base, inserted)
             if submit:
@@ -77,11 +99,36 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
                 ]
             else:
                 records = [document_record(conn, new.document_id) for new in inserted]
-            return Uploaded(records, duplicates)
     except BaseException:
         for obj in stored:
             kb.store.delete(obj.key)
         raise
+    for skip in skipped:  # committed without them: their objects are nobody's
+        kb.store.delete(skip.document_id)
+    return Uploaded(records, duplicates, [replace(s, document_id="") for s in skipped])
+
+
+def _without_existing(
+    conn: Connection, base: str, uploads: list[_Upload], stored: list[StoredObject]
+) -> tuple[list[_Upload], list[StoredObject], list[Duplicate]]:
+    """The uploads whose content is new to `base`, and the rest as Duplicates that
+    carry their stored object's key (to delete) in place of a document id."""
+    digests = [obj.sha256 for obj in stored]
+    first_with = {
+        row.sha256: (row.id, row.filename)
+        for row in reversed(queries.documents_with_content(conn, base, digests))
+    }
+    kept_uploads, kept_objects, skipped = [], [], []
+    for upload, obj in zip(uploads, stored, strict=True):
+        if obj.sha256 in first_with:
+            same_id, same_name = first_with[obj.sha256]
+            in_upload = same_id == ""
+            skipped.append(Duplicate(obj.key, upload.filename, same_id, same_name, in_upload))
+            continue
+        first_with[obj.sha256] = ("", upload.filename)  # an earlier file of this upload
+        kept_uploads.append(upload)
+        kept_objects.append(obj)
+    return kept_uploads, kept_objects, skipped
 
 
 def upload_files(
@@ -151,14 +198,16 @@ def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
 
 def replace(kb: Kb, path: Path, document_id: str) -> Replaced:
     """Give a draft, failed or published document a new source file and revision."""
-    [upload] = _check_files([path], kb.settings.max_upload_bytes)
+    [upload] = check_files([path], kb.settings.max_upload_bytes)
     with kb.db.read() as conn:
         require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
+    owner = _claimed_store(kb)
     [obj] = _store_all(kb, [upload])
     try:
         with kb.db.write() as conn:
             document = queries.existing_document(conn, document_id, lock=True)
             require_status(document, REPLACEABLE, "replace")
+            _own_store(conn, kb, owner)
             renamed = _renamed(document, upload)
             revision = document.revision + 1
             # A published (or unpublished) document goes back to draft; draft and failed
@@ -284,11 +333,17 @@ def list_document_records(
 # --- helpers -------------------------------------------------------------------------
 
 
-def _check_files(paths: list[Path], max_bytes: int) -> list[_Upload]:
+def check_files(paths: list[Path], max_bytes: int) -> list[_Upload]:
     """Check every file before storing any: missing (usage) beats unsupported (input)."""
     for path in paths:
         if not path.exists():
             raise UsageError(f"no such file: {_shown(path)}")
+        if path.is_dir():
+            shown = _shown(path).rstrip("/")
+            raise UsageError(
+                f"not a regular file: {shown} is a directory; upload its files with "
+                f"kb upload {shown}/* (or kb sync {shown}, which keeps a base in step with it)"
+            )
         if not path.is_file():
             raise UsageError(f"not a regular file: {_shown(path)}")
     uploads = []
@@ -328,12 +383,26 @@ def _shown(path: Path | str) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
-def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
-    if kb.store.owner() is None:  # the first upload names this database as the owner
+def _claimed_store(kb: Kb) -> str | None:
+    """The database the store names as its owner; a store that names none yet (the
+    first upload) is claimed for this one. Read before any write transaction."""
+    owner = kb.store.owner(writing=True)
+    if owner is None:
         with kb.db.read() as conn:
-            database_id = queries.database_id(conn)
-        if database_id is not None:  # every schema since 0001 has one
-            kb.store.claim(database_id)
+            owner = queries.database_id(conn)
+        if owner is not None:  # every schema since 0001 has one
+            kb.store.claim(owner)
+    return owner
+
+
+def _own_store(conn: Connection, kb: Kb, owner: str | None) -> None:
+    """In an upload's write: refuse a store of another knowledge base (its objects are
+    then deleted with the rest), and record where this knowledge base's store is."""
+    check_store_owner(conn, kb, owner)
+    queries.record_object_store(conn, kb.settings.store_where(short=False))
+
+
+def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
     stored: list[StoredObject] = []
     try:
         for upload in uploads:
@@ -344,9 +413,11 @@ def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
                 raise InvalidInputError(
                     f"cannot read {upload.filename}: {error.strerror}"
                 ) from error
-    except BaseException:
+    except BaseException as error:
         for obj in stored:
             kb.store.delete(obj.key)
+        if isinstance(error, KeyboardInterrupt):  # say so, not just ^C
+            raise UploadInterrupted() from None
         raise
     return stored
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base, require_caller
@@ -90,3 +90,20 @@ def follow_events(
                 watch.wait(GAP_POLL_SECONDS if cursor.gaps else FOLLOW_POLL_SECONDS, stop)
     finally:
         watch.close()
+
+
+def file_names(kb: Kb) -> Callable[[str | None], str | None]:
+    """The file name of an event's document, read once per document (a deleted one has
+    none): what a person on a terminal reads an event by."""
+    known: dict[str, str | None] = {}
+
+    def name_of(document_id: str | None) -> str | None:
+        if document_id is None:
+            return None
+        if document_id not in known:
+            with kb.db.read() as conn:
+                row = queries.get_document(conn, document_id)
+            known[document_id] = row.filename if row is not None else None
+        return known[document_id]
+
+    return name_of

@@ -124,8 +124,8 @@ def cancel_task(kb: Kb, entity_id: str, kind: str | None = None) -> TaskRecord:
         task = queries.existing_task(conn, task_id, lock=True)
         if task.status not in CANCELLABLE:
             raise ConflictError(
-                f"cannot cancel task {task_id}: it is {task.status}; only queued, running "
-                "or retry_wait tasks can be cancelled"
+                f"cannot cancel task {task_id}: {_ENDED.get(task.status, 'it is ' + task.status)}; "
+                "only queued, running or retry_wait tasks can be cancelled"
             )
         now = kb.timestamp()
         cancel_task_row(conn, task, actor=kb.actor.name, now=now)
@@ -165,13 +165,24 @@ def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
         return records
 
 
+# An ended task's status as a person says it ("it already succeeded", not "it is succeeded").
+_ENDED = {
+    "succeeded": "it already succeeded",
+    "failed": "it failed (kb retry runs it again)",
+    "cancelled": "it was cancelled already",
+}
+
+
 def _task_id_for(conn: Connection, entity_id: str, kind: str | None) -> str:
     """A task id, or a document id standing for its latest task."""
     if kind != "documents":
         return entity_id
     document = queries.existing_document(conn, entity_id)
     if document.latest_task_id is None:
-        raise ConflictError(f"document {entity_id} has no task yet; submit it first")
+        raise ConflictError(
+            f"document {entity_id} is a draft with no task yet; submit it first: "
+            f"kb submit {entity_id} (then kb status ID --wait follows its task)"
+        )
     return document.latest_task_id
 
 

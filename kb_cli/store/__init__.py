@@ -51,8 +51,9 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove an object; nothing happens when it is gone already."""
 
-    def owner(self) -> str | None:
-        """The id of the database this store belongs to, None if it names none yet."""
+    def owner(self, writing: bool = False) -> str | None:
+        """The id of the database this store belongs to, None if it names none yet;
+        `writing`: looked up on the way to a write, and failing as one."""
 
     def claim(self, database_id: str) -> None:
         """Name `database_id` as the owner, unless the store names one already."""

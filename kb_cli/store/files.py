@@ -101,7 +101,7 @@ class FileObjectStore:
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
-    def owner(self) -> str | None:
+    def owner(self, writing: bool = False) -> str | None:
         """The id of the database this store belongs to, None if it names none yet."""
         try:
             return owner_of(entry.name for entry in self.root.iterdir() if entry.is_dir())

@@ -142,7 +142,7 @@ class S3ObjectStore:
         """The marker is an empty object `owner.<database id>` at the prefix's top."""
         from obstore.exceptions import AlreadyExistsError
 
-        if self.owner() is not None:
+        if self.owner(writing=True) is not None:
             return
         with contextlib.suppress(AlreadyExistsError):  # another upload named it first
             self._create(f"{layout.OWNER_MARKER}{database_id}", b"")
@@ -194,10 +194,10 @@ class S3ObjectStore:
                     if len(shard) == 2 and name and "/" not in name:  # not the quarantine
                         yield name, meta["last_modified"].timestamp()
 
-    def owner(self) -> str | None:
+    def owner(self, writing: bool = False) -> str | None:
         import obstore
 
-        with _errors(self.location):
+        with _errors(self.location, writing):
             top = obstore.list_with_delimiter(self._s3)
         return layout.owner_of(meta["path"] for meta in top["objects"])
 

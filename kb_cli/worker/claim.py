@@ -469,7 +469,9 @@ class Claim:
         return moved
 
     def release(self, reason: str = "stopped by a signal") -> TaskRow | None:
-        """Graceful stop: back to queued (attempt kept), with no chunks left behind;
+        """Graceful stop: back to queued with no chunks left behind, and its attempt
+        given back: a stop someone asked for (Ctrl-C, SIGTERM, a disabled user) is no
+        attempt at the task, so `attempt` never passes --max-attempts by releases.
         None when the claim was lost meanwhile. Also how a disabled user's worker gives
         its task up: these writes check no user."""
         self._giving_up = True
@@ -483,6 +485,7 @@ class Claim:
                 detail=self.claimant.audit_detail(reason),
                 fence=self.fence,
                 updated_at=self.claimant.now(),
+                attempt=self.task.attempt - 1,
             )
         return self.final_row
 

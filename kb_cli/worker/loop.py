@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
 from kb_cli import queries
-from kb_cli.app import Kb, require_caller
+from kb_cli.app import Kb, require_caller, require_own_store
 from kb_cli.config import WorkerOptions
 from kb_cli.db import format_stamp, outlasting_outages, parse_stamp
 from kb_cli.engines import TASKS_CHANNEL, Watch
@@ -106,7 +106,9 @@ class Worker:
         self, task_id: str | None = None, max_tasks: int | None = 1, loop: bool = False
     ) -> Iterator[WorkResult]:
         """Yield one result per claim attempt (`task_id`: a full id, claimed alone); stop
-        when told, done, or out of work."""
+        when told, done, or out of work. A store that is not this knowledge base's is
+        refused before any claim, so no task burns its attempts on it."""
+        require_own_store(self.kb)
         try:
             if task_id is not None:
                 yield self.run_once(task_id)

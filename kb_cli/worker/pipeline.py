@@ -85,11 +85,18 @@ def error_detail(error: KbError) -> str:
     return f"{type(error).__name__}: {error.message}"[:DETAIL_LIMIT]
 
 
-def _read_failure(error: OSError) -> TaskFailure:
+def _read_failure(error: OSError, key: str | None = None) -> TaskFailure:
     """A stored object that cannot be read: gone or unreadable (object_read_error), or
-    on a disk that is full or read-only (storage_unavailable); both are retried."""
+    on a disk that is full or read-only (storage_unavailable); both are retried. A gone
+    object is named by its key, with the likely cause."""
     code = ErrorCode.STORAGE_UNAVAILABLE if error.errno in _STORAGE_ERRNOS else None
-    return TaskFailure(code or ErrorCode.OBJECT_READ_ERROR, describe_error(error))
+    detail = describe_error(error)
+    if key is not None and isinstance(error, FileNotFoundError):
+        detail = (
+            f"FileNotFoundError: object {key} is not in this worker's object store "
+            "(is --object-store or OBJECT_STORE_ROOT the knowledge base's?)"
+        )
+    return TaskFailure(code or ErrorCode.OBJECT_READ_ERROR, detail[:DETAIL_LIMIT])
 
 
 class Pipeline:
@@ -162,7 +169,7 @@ class Pipeline:
                 done += len(block)
                 self.report(Stage.DOWNLOAD, done, total)
         except OSError as error:
-            raise _read_failure(error) from error
+            raise _read_failure(error, document.object_key) from error
         except ObjectStoreUnreachable as error:  # it may come back: wait and retry
             raise TaskFailure(ErrorCode.OBJECT_READ_ERROR, error_detail(error)) from error
         except ObjectStoreMisconfigured as error:  # only a person can fix it

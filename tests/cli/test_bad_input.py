@@ -101,6 +101,7 @@ def test_a_directory_is_not_a_file(tmp_path):
     (tmp_path / "folder.txt").mkdir()
     result = run_in_process("upload", str(tmp_path / "folder.txt"), "--json")
     assert result.code == 2 and "not a regular file" in result.error["message"]
+    assert f"kb upload {tmp_path / 'folder.txt'}/*" in result.error["message"]
 
 
 def test_a_filename_that_is_not_utf8_is_stored_readably(tmp_path):

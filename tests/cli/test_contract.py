@@ -191,7 +191,7 @@ def refused_on_empty_home(
     root = tmp_path_factory.mktemp("refused")
     env = clean_env(KB_HOME=root / "home", **engine_env())
     faq = shutil.copy(sample("faq.txt"), root / "faq.txt")
-    assert kb_json("status", env=env) == []  # create the schema before the crowd arrives
+    kb_json("db", "upgrade", env=env)  # create the schema before the crowd arrives
     table = {
         name: [a.replace("{faq}", str(faq)) for a in args]
         for name, args in {**USAGE_ERRORS, **NOT_FOUND}.items()
@@ -220,6 +220,7 @@ def test_refused_uploads_stored_nothing(refused_on_empty_home: dict):
 
 
 def test_errors_without_json_are_one_plain_line():
+    kb("db", "upgrade", expect=0)  # a knowledge base, so that the id is what is not found
     for args, code in ((["status", UNKNOWN_ID], 3), (["status", "--bogus"], 2)):
         result = kb(*args, expect=code)
         lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -232,6 +233,8 @@ def test_unsupported_extension_stores_nothing(tmp_path: Path, kb_home: Path):
     bad = write(tmp_path, "tool.exe", "MZ not a document")
     kb_error("upload", good, bad, exit=6, code="invalid_input")
     kb_error("upload", bad, "--submit", exit=6, code="invalid_input")
+    assert not kb_home.exists()  # refused before any home was made
+    kb_json("db", "upgrade")
     assert kb_json("status") == []
     assert object_keys() == []
 

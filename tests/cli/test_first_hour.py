@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kb_cli.console import waiting
-from tests.helpers import ON_POSTGRES
+from tests.helpers import ON_POSTGRES, file_store_only
 
 
 def upload(invoke, tmp_path, name="a.md", text="# Title\n\nSome words to index.\n", *flags):
@@ -128,32 +128,86 @@ def test_every_invalid_filter_value_is_a_usage_error_listing_the_choices(invoke,
     assert result.code == 2 and "is not one of" in result.stderr
 
 
-# --- read-only commands create nothing --------------------------------------------------
+# --- only the commands that put something in a home create one -------------------------
+
+
+NO_HOME_COMMANDS = [
+    ("status",),
+    ("status", "--json"),
+    ("search", "anything"),
+    ("status", "00000000-0000"),
+    ("history", "00000000-0000"),
+    ("doctor",),
+    ("eval", "questions.jsonl"),
+    ("work", "--drain"),
+    ("work", "--loop"),
+    ("base", "list"),
+    ("user", "list"),
+    ("events",),
+    ("publish", "--all-reviewed"),
+    ("retry", "--all-failed"),
+    ("cancel", "00000000-0000"),
+    ("delete", "--status", "failed", "--dry-run"),
+]
 
 
 @pytest.mark.skipif(ON_POSTGRES, reason="about a SQLite home that does not exist")
-@pytest.mark.parametrize(
-    ("args", "code"),
-    [
-        (("status",), 0),
-        (("status", "--json"), 0),
-        (("search", "anything"), 0),
-        (("status", "00000000-0000"), 3),
-        (("history", "00000000-0000"), 3),
-        (("doctor",), 3),
-        (("eval", "questions.jsonl"), 3),
-    ],
-)
-def test_read_only_commands_leave_no_home_behind(invoke, tmp_path, args, code):
+@pytest.mark.parametrize("args", NO_HOME_COMMANDS, ids=" ".join)
+def test_commands_that_store_nothing_refuse_a_missing_home_and_create_none(invoke, tmp_path, args):
     (tmp_path / "questions.jsonl").write_text('{"question": "q", "expected": ["a.md"]}\n')
     home = tmp_path / "never-created"
     result = invoke("--home", str(home), *args)
-    assert result.code == code, result.stderr
+    assert result.code == 2, result.stderr
     assert not home.exists()
     assert result.stdout == ""
-    if "--json" not in args:
-        assert "no knowledge base in this home yet" in result.stderr
-        assert "kb upload FILE" in result.stderr
+    message = result.error["message"] if "--json" in args else result.stderr
+    assert f"no knowledge base in {home}" in message
+    assert "--home DIR or KB_HOME" in message and "kb upload FILE" in message
+
+
+@pytest.mark.parametrize("args", [("work", "--drain"), ("status",)], ids=" ".join)
+def test_an_empty_database_is_refused_on_either_engine(invoke, args):
+    """On PostgreSQL there is no home: a database without kb's tables is the same case."""
+    result = invoke(*args)
+    assert result.code == 2 and "no knowledge base in" in result.stderr
+    assert (" database " in result.stderr) == ON_POSTGRES
+
+
+@pytest.mark.skipif(ON_POSTGRES, reason="about a SQLite home that does not exist")
+def test_an_upload_creates_the_home_and_says_so_once(invoke, tmp_path, monkeypatch):
+    (tmp_path / "a.md").write_text("# A\n\nwords\n")
+    (tmp_path / "b.md").write_text("# B\n\nother words\n")
+    monkeypatch.delenv("KB_HOME")
+    first = invoke("upload", "a.md")
+    assert first.code == 0, first.stderr
+    assert "created a new knowledge base in ./.kb" in first.stderr
+    assert (tmp_path / ".kb" / "kb.sqlite3").exists()
+    again = invoke("upload", "b.md")
+    assert again.code == 0 and "created" not in again.stderr
+
+
+@pytest.mark.skipif(ON_POSTGRES, reason="about a SQLite home that does not exist")
+def test_a_home_under_a_missing_directory_is_a_usage_error_and_creates_nothing(invoke, tmp_path):
+    """docs/operations.md: a missing directory is exit 2; a typo in --home must not
+    build a tree of directories."""
+    (tmp_path / "f.md").write_text("# F\n\nwords\n")
+    home = tmp_path / "nonexistent" / "dir" / "x"
+    result = invoke("--home", str(home), "upload", "f.md")
+    assert result.code == 2 and "its parent directory does not exist" in result.stderr
+    assert not (tmp_path / "nonexistent").exists()
+
+
+@file_store_only("points a worker at another directory")
+def test_a_worker_on_another_object_store_is_refused_before_it_claims(invoke, tmp_path):
+    task = upload(invoke, tmp_path, "a.md", "# A\n\nwords\n", "--submit")
+    other = tmp_path / "other-objects"
+    result = invoke("--object-store", str(other), "work", "--drain")
+    assert result.code == 2, result.stderr
+    assert f"the object store {other} is not this knowledge base's" in result.stderr
+    assert "(its objects are in " in result.stderr and "OBJECT_STORE_ROOT" in result.stderr
+    still = invoke("status", task["task_id"], "--json").record
+    assert (still["status"], still["attempt"]) == ("queued", 0)  # no attempt burnt
+    assert invoke("work", "--drain").code == 0  # the right store works
 
 
 # --- help --------------------------------------------------------------------------------
@@ -217,3 +271,65 @@ def test_roles_are_listed_as_choices(invoke):
     result = invoke("user", "add", "--help")
     words = " ".join(result.stdout.replace("│", " ").split())
     assert "viewer, editor, reviewer, worker, admin" in words
+
+
+# --- hints that go all the way ------------------------------------------------------------
+
+
+def test_uploading_a_folder_again_with_skip_existing_stores_only_what_is_new(invoke, tmp_path):
+    for name in ("a.md", "b.md"):
+        (tmp_path / name).write_text(f"# {name}\n\nwords of {name}\n")
+    assert invoke("upload", "a.md", "b.md").code == 0
+    (tmp_path / "c.md").write_text("# c\n\nnew words\n")
+    again = invoke("upload", "--skip-existing", "a.md", "b.md", "c.md", "--json")
+    assert again.code == 0, again.stderr
+    assert [record["filename"] for record in again.records] == ["c.md"]
+    assert "skipped a.md: same content as a.md" in again.stderr
+    assert len(invoke("status", "--json").records) == 3
+
+
+def test_a_worker_with_nothing_to_claim_gives_the_submit_command_for_drafts(invoke, tmp_path):
+    draft = upload(invoke, tmp_path)
+    result = invoke("work", "--drain")
+    assert result.code == 0
+    assert f"1 draft waits to be submitted: kb submit {draft['document_id'][:8]}" in result.stderr
+
+
+def test_waiting_on_a_draft_gives_the_submit_command(invoke, tmp_path):
+    draft = upload(invoke, tmp_path)
+    result = invoke("status", draft["document_id"], "--wait")
+    assert result.code == 4 and f"kb submit {draft['document_id']}" in result.stderr
+
+
+def test_nothing_to_retry_is_said_like_nothing_to_publish(invoke, tmp_path):
+    upload(invoke, tmp_path)
+    retried = invoke("retry", "--all-failed")
+    assert retried.code == 0 and "nothing to retry: no failed task you may retry" in retried.stderr
+    published = invoke("publish", "--all-reviewed")
+    assert published.code == 0 and "nothing to publish" in published.stderr
+
+
+def test_an_option_cut_short_suggests_the_whole_one(invoke):
+    result = invoke("publish", "--all")
+    assert result.code == 2 and "did you mean --all-reviewed?" in result.stderr
+
+
+def test_cancelling_an_ended_task_says_it_in_plain_words(invoke, tmp_path):
+    task = upload(invoke, tmp_path, "a.md", "# A\n\nwords\n", "--submit")
+    assert invoke("work").code == 0
+    result = invoke("cancel", task["task_id"])
+    assert result.code == 4 and "it already succeeded" in result.stderr
+    assert "it is succeeded" not in result.stderr
+
+
+@file_store_only("removes an object file")
+def test_doctor_problems_name_the_file_and_the_next_step(invoke, tmp_path, kb_home):
+    draft = upload(invoke, tmp_path, "lost.md")
+    for path in (kb_home / "objects").rglob("*"):
+        if path.is_file():
+            path.unlink()
+    result = invoke("doctor")
+    assert result.code == 4
+    [line] = [line for line in result.stdout.splitlines() if "missing_object" in line]
+    assert "(lost.md)" in line
+    assert f"kb upload FILE --replace {draft['document_id'][:8]}" in line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import time
 import tracemalloc
@@ -52,11 +53,19 @@ def test_repair_refuses_a_store_that_belongs_to_another_database(tmp_path, kb_ho
     store = kb_home / "objects"
     before = stored_objects(store)
     age_objects(store)
-    # Another knowledge base (its own database) pointed at the same store.
-    other = kb_env(KB_HOME=str(tmp_path / "other"), OBJECT_STORE_ROOT=str(store))
+    # Another knowledge base (its own database) pointed at the same store. An upload
+    # there is refused now (the store names this database); its object is copied in.
+    other = kb_env(KB_HOME=str(tmp_path / "other"))
     if ON_POSTGRES:
         other["DATABASE_URL"] = "sqlite:///" + str(tmp_path / "other.sqlite3")
     upload(tmp_path, "theirs.txt", env=other)
+    other["OBJECT_STORE_ROOT"] = str(store)
+    (tmp_path / "theirs2.txt").write_text("more of theirs")
+    refused_upload = run_in_process("upload", str(tmp_path / "theirs2.txt"), "--json", env=other)
+    assert refused_upload.code == 2 and "is not this knowledge base's" in refused_upload.stderr
+    for path in (tmp_path / "other" / "objects").glob("??/*"):
+        (store / path.parent.name).mkdir(exist_ok=True)
+        shutil.copy(path, store / path.parent.name / path.name)
     age_objects(store)
     found = run_in_process("doctor", "--json", env=other)
     kinds = {problem["kind"] for problem in json.loads(found.stdout)["problems"]}
@@ -191,7 +200,8 @@ def test_a_damaged_or_foreign_database_file_is_named(tmp_path, kb_home):
     foreign = run_in_process("status", "--json")
     assert foreign.code == 2 and "not a kb database" in foreign.error["message"]
     missing = run_in_process("--home", str(tmp_path / "no" / "such"), "status", "--json")
-    assert missing.code == 0  # a new home is created, as the contract says
+    assert missing.code == 2 and "no knowledge base in" in missing.error["message"]
+    assert not (tmp_path / "no").exists()  # only upload, user add, base create make one
     nodir = run_in_process(
         "--database-url", f"sqlite:///{tmp_path}/none/kb.sqlite3", "status", "--json"
     )

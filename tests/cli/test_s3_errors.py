@@ -84,6 +84,7 @@ def test_an_endpoint_that_is_down_is_transient(tmp_path, env, monkeypatch):
     refused = run_in_process("upload", note(tmp_path, "more"), "--json")
     error = check_error(refused, 1, "internal_error")
     assert "check AWS_ENDPOINT_URL" in error["message"] and "run again" in error["message"]
+    assert error["message"].startswith("cannot write to the object store")
     worked = run_in_process("work", "--json")
     waiting = worked.record["task"]
     assert waiting["task_id"] == task["task_id"]
@@ -94,6 +95,7 @@ def test_an_endpoint_that_is_down_is_transient(tmp_path, env, monkeypatch):
 
 
 def test_a_status_never_opens_the_store(tmp_path, env, monkeypatch):
+    assert run_in_process("db", "upgrade", "--json").code == 0  # a knowledge base, no objects
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     assert run_in_process("status", "--json").code == 0
 

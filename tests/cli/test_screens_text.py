@@ -85,7 +85,8 @@ def test_the_same_file_twice_warns_and_stores_both(tmp_path):
     result = run_in_process("upload", str(note), str(note), "--json")
     assert result.code == 0
     first, second = result.records  # stdout: only the records
-    [warning] = result.stderr.splitlines()
+    warning, created = result.stderr.splitlines()
+    assert created.startswith("kb: created a new knowledge base in ")
     assert warning.startswith("kb: warning: note.md has the same content as note.md")
     assert "in this upload" in warning and second["document_id"][:8] in warning
     assert first["sha256"] == second["sha256"]

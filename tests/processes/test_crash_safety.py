@@ -158,12 +158,13 @@ def test_signal_releases_the_task_cleanly(tmp_path, kb_home, stage, signum):
     assert worker.returncode == 0, err
     assert f"released task={task['task_id']}" in err
     row = task_row(kb_home, task["task_id"])
-    assert row["status"] == "queued" and row["worker_id"] is None and row["attempt"] == 1
+    # A release gives its attempt back (docs/workers.md): a stop is no attempt.
+    assert row["status"] == "queued" and row["worker_id"] is None and row["attempt"] == 0
     assert chunk_count(kb_home, task["task_id"]) == 0
     assert run_kb("status", task["document_id"], "--json").record["status"] == "processing"
     doctor_is_clean()
     finished = run_kb("work", "--json").record["task"]
-    assert finished["status"] == "succeeded" and finished["attempt"] == 2
+    assert finished["status"] == "succeeded" and finished["attempt"] == 1
 
 
 def test_second_signal_exits_at_once(tmp_path, kb_home):

@@ -69,7 +69,7 @@ def test_a_disabled_users_running_worker_releases_its_task_and_stops(tmp_path):
     assert f"released task={task['task_id']} worker=R" in result.stderr
 
     released = run_kb("status", task["task_id"], "--json", env=as_admin).record
-    assert (released["status"], released["attempt"], released["worker_id"]) == ("queued", 1, None)
+    assert (released["status"], released["attempt"], released["worker_id"]) == ("queued", 0, None)
     assert not db_rows("SELECT id FROM chunks WHERE task_id = :id", id=task["task_id"])
     events = db_rows(
         "SELECT actor, action, detail FROM audit_events WHERE entity_id = :id ORDER BY id",
@@ -83,11 +83,11 @@ def test_a_disabled_users_running_worker_releases_its_task_and_stops(tmp_path):
     assert again.code == 5 and json.loads(again.stderr)["error"] == "forbidden"
     assert db_rows("SELECT id FROM audit_events WHERE actor = 'robot' AND action = 'refused'")
 
-    # Another worker completes the task: attempt 2, nothing lost.
+    # Another worker completes the task: attempt 1 (the release gave its attempt back).
     other = token_of(run_kb("user", "add", "other", "--role", "worker", "--json", env=as_admin))
     done = run_kb("work", "--json", env=kb_env(KB_TOKEN=other))
     assert done.code == 0, done.stderr
-    assert (done.record["task"]["status"], done.record["task"]["attempt"]) == ("succeeded", 2)
+    assert (done.record["task"]["status"], done.record["task"]["attempt"]) == ("succeeded", 1)
 
 
 @pytest.mark.parametrize("change", ["disable", "token"])

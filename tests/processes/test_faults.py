@@ -86,7 +86,7 @@ def test_a_full_object_store_names_the_cause_on_upload(tmp_path):
 def test_a_read_only_database_is_named(tmp_path):
     with small_disk(tmp_path / "disk") as disk:
         env = kb_env(KB_HOME=str(disk), OBJECT_STORE_ROOT=str(tmp_path / "objects"))
-        assert run_kb("status", env=env).code == 0
+        assert run_kb("db", "upgrade", env=env).code == 0  # a knowledge base on that disk
         remount_read_only(disk)
         note = tmp_path / "a.txt"
         note.write_text("words")

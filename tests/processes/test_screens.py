@@ -122,7 +122,10 @@ def _file_cells(lines: list[str], ids: list[str]) -> list[str]:
     return [line.split()[1] for i in ids for line in lines if line.lstrip().startswith(i[:8])]
 
 
-def test_status_columns_keep_their_widths_while_work_runs(tmp_path):
+def test_status_columns_fit_and_keep_names_apart_while_work_runs(tmp_path):
+    """Columns are sized from what they show (issue: a mostly blank task column took
+    the file's room), so a table printed while a task runs may differ from one printed
+    after; both fit and keep the two names apart."""
     names = [f"big-manual-{part}-edition-2026.md" for part in ("one", "two")]
     text = "# T\n\n" + "words and more words. " * 400
     ids = [upload(tmp_path, name, text, "--submit")["document_id"] for name in names]
@@ -139,11 +142,8 @@ def test_status_columns_keep_their_widths_while_work_runs(tmp_path):
     assert code == code_after == 0
     running_lines, idle_lines = assert_fits(running, 80), assert_fits(idle, 80)
     assert any("running" in line for line in running_lines)
-    cells = _file_cells(running_lines, ids)
-    assert cells == _file_cells(idle_lines, ids)  # the same names, cut the same way
-    assert len(set(cells)) == 2  # and told apart
-    header = [line for line in running_lines if line.lstrip().startswith("id ")]
-    assert header == [line for line in idle_lines if line.lstrip().startswith("id ")]
+    assert len(set(_file_cells(running_lines, ids))) == 2  # told apart
+    assert len(set(_file_cells(idle_lines, ids))) == 2
 
 
 def test_task_tables_and_panels_name_the_file(tmp_path):

@@ -45,6 +45,17 @@ def test_names_cut_alike_are_told_apart_where_the_width_allows():
         assert all(cell_len(cut) <= width for cut in cuts.values())
 
 
+@pytest.mark.parametrize("width", [12, 15, 17])
+def test_names_alike_at_both_ends_show_the_middle_where_they_differ(width):
+    """14 files read `r…-password.pdf` when only the start and the end were kept."""
+    people = ["alice", "bob", "carol-smith", "dave", "eve-long-name", "frank", "al", "alf"]
+    names = [f"reset-{who}-password.pdf" for who in people]
+    names += ["team-a-content.docx", "team-b-content.docx"]
+    cuts = cut_names(names, width)
+    assert len(set(cuts.values())) == len(names), cuts
+    assert all(cell_len(cut) <= width for cut in cuts.values())
+
+
 def test_counts_agree_with_their_nouns():
     assert [counted(n, "document") for n in (0, 1, 2)] == [
         "0 documents",

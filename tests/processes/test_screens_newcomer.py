@@ -1,0 +1,97 @@
+"""The screens a newcomer reads at 80 columns, with many documents whose names differ
+only in the middle and documents of two bases: names kept apart, no line too wide."""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+
+from tests.helpers import run_kb
+from tests.terminal import ANSI, run_in_terminal
+
+COLUMNS = 80
+PEOPLE = ["alice", "bob", "carol-smith", "dave", "eve-long-name", "frank"]
+
+
+def lines_of(screen: str) -> list[str]:
+    return [part for line in ANSI.sub("", screen).split("\n") for part in line.split("\r")]
+
+
+def upload(tmp_path, name: str, *flags: str) -> dict:
+    path = tmp_path / name
+    path.write_text(f"# {name}\n\nSome words about {name}.\n", encoding="utf-8")
+    return run_kb("upload", str(path), *flags, "--json").record
+
+
+def test_status_at_80_columns_keeps_different_names_apart_and_names_the_base(tmp_path):
+    assert run_kb("base", "create", "finance").code == 0
+    ids = {f"reset-{who}-password.md": "" for who in PEOPLE}
+    for name in ids:
+        ids[name] = upload(tmp_path, name)["document_id"]
+    other = upload(tmp_path, "team-a-content.md", "--base", "finance")["document_id"]
+    code, screen = run_in_terminal("status", COLUMNS=str(COLUMNS))
+    assert code == 0
+    lines = lines_of(screen)
+    assert all(cell_len(line) <= COLUMNS for line in lines), lines
+    header = next(line for line in lines if " file " in f" {line} ")
+    assert " base " in f" {header} "
+    rows = {name: next(line for line in lines if i[:8] in line) for name, i in ids.items()}
+    files = {row.split()[1] for row in rows.values()}
+    assert len(files) == len(PEOPLE), files  # six different names, six different cuts
+    assert "finance" in next(line for line in lines if other[:8] in line)
+
+
+def test_status_limit_shows_the_newest_and_says_how_many_were_left_out(tmp_path):
+    ids = [upload(tmp_path, f"note-{n}.md")["document_id"] for n in range(4)]
+    code, screen = run_in_terminal("status", "--limit", "2", COLUMNS=str(COLUMNS))
+    assert code == 0
+    assert "the newest 2 of 4 documents" in screen
+    shown = [i for i in ids if i[:8] in screen]
+    assert shown == ids[2:]
+    plain = run_kb("status", "--limit", "2")
+    assert plain.code == 0 and len(plain.stdout.splitlines()) == 2
+    assert "2 older documents not shown (--limit)" in plain.stderr
+
+
+LONG = "Quarterly report for the board of directors, final version 2026.md"
+
+
+def test_delete_lines_fit_80_columns(tmp_path):
+    document = upload(tmp_path, LONG)["document_id"]
+    code, screen = run_in_terminal("delete", document, "--yes", COLUMNS=str(COLUMNS))
+    assert code == 0, screen
+    lines = lines_of(screen)
+    assert all(cell_len(line) <= COLUMNS for line in lines), lines
+    [line] = [line for line in lines if line.startswith("deleted ")]
+    assert document[:8] in line and "Quarterly" in line
+    assert "(draft; 0 chunks, 0 tasks)" in line
+
+
+def test_events_on_a_terminal_name_the_file_and_keep_the_status_whole(tmp_path):
+    task = upload(tmp_path, LONG, "--submit")
+    code, screen = run_in_terminal("events", COLUMNS=str(COLUMNS))
+    assert code == 0
+    [line] = [line for line in lines_of(screen) if task["document_id"][:8] in line]
+    assert cell_len(line) <= COLUMNS
+    assert "Quarterly" in line and line.rstrip().endswith("queued")
+
+
+def test_history_keeps_its_columns_in_line(tmp_path):
+    task = upload(tmp_path, "a.md", "--submit")
+    assert run_kb("work").code == 0
+    assert run_kb("publish", task["document_id"]).code == 0
+    code, screen = run_in_terminal("history", task["document_id"], COLUMNS=str(COLUMNS))
+    assert code == 0
+    rows = [line for line in lines_of(screen) if line[:4].isdigit()]
+    assert len(rows) >= 4
+    ids = {line.index(task["document_id"][:8]) for line in rows if task["document_id"][:8] in line}
+    tasks = {line.index(task["task_id"][:8]) for line in rows if task["task_id"][:8] in line}
+    assert len(ids | tasks) == 1, rows  # every entity id starts in the same column
+
+
+def test_the_document_panel_has_one_status_row_and_a_task_status_row(tmp_path):
+    task = upload(tmp_path, "a.md", "--submit")
+    code, screen = run_in_terminal("status", task["document_id"], COLUMNS=str(COLUMNS))
+    assert code == 0
+    labels = [line.strip("│ ").split(" ")[0] for line in lines_of(screen) if "│" in line]
+    assert labels.count("status") == 1, labels
+    assert any("task status" in line and "queued" in line for line in lines_of(screen))
