@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def upload(
         raise
     for skip in skipped:  # committed without them: their objects are nobody's
         kb.store.delete(skip.document_id)
-    return Uploaded(records, duplicates, [replace(s, document_id="") for s in skipped])
+    return Uploaded(records, duplicates, [dataclasses.replace(s, document_id="") for s in skipped])
 
 
 def _without_existing(
