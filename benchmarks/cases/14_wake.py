@@ -77,9 +77,9 @@ execute, begin = db.Connection.execute, db.Database._begin
 def counted_execute(self, sql, params=None):
     counts["statements"] += 1
     return execute(self, sql, params)
-def counted_begin(self, write):
+def counted_begin(self, *args):  # (write) before a brief write's lock wait, then both
     counts["transactions"] += 1
-    return begin(self, write)
+    return begin(self, *args)
 db.Connection.execute, db.Database._begin = counted_execute, counted_begin
 try:
     from kb_cli.engines import sqlite
