@@ -61,6 +61,41 @@ def raw_pdf(objects: list[bytes]) -> bytes:
     return out.getvalue()
 
 
+def image_pdf(
+    pages: list[tuple[int, int, str, bytes]], size: tuple[float, float] = (612, 792)
+) -> bytes:
+    """A PDF of pages that only show an image each, stretched over the page: (pixel
+    width, height, PDF filter name, stream bytes), 8-bit grey; no text layer. The
+    image dictionary may declare any size and hold any bytes (a hostile scan)."""
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b""]
+    kids = []
+    for width, height, filter_name, data in pages:
+        page_id = len(objects) + 1
+        kids.append(f"{page_id} 0 R")
+        draw = b"q %g 0 0 %g 0 0 cm /Im0 Do Q" % size
+        objects += [
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %g %g] " % size
+            + b"/Resources << /XObject << /Im0 %d 0 R >> >> /Contents %d 0 R >>"
+            % (page_id + 1, page_id + 2),
+            b"<< /Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray "
+            % (width, height)
+            + b"/BitsPerComponent 8 /Filter /%s /Length %d >>\nstream\n"
+            % (filter_name.encode(), len(data))
+            + data
+            + b"\nendstream",
+            b"<< /Length %d >>\nstream\n" % len(draw) + draw + b"\nendstream",
+        ]
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>".encode()
+    return raw_pdf(objects)
+
+
+def blank_scan(width: int = 200, height: int = 260) -> tuple[int, int, str, bytes]:
+    """A white grey-scale image for image_pdf: a scan of an empty page."""
+    import zlib
+
+    return width, height, "FlateDecode", zlib.compress(b"\xff" * (width * height))
+
+
 def make_encrypted_pdf(text: str, password: str = "secret") -> bytes:
     from pypdf import PdfReader, PdfWriter
 

@@ -29,6 +29,7 @@ from kb_cli.errors import (
     ObjectStoreUnreachable,
     ProviderRejected,
     ProviderUnavailable,
+    ScannedWithoutOcr,
     TaskFailure,
     WorkerInterrupt,
 )
@@ -204,6 +205,8 @@ class Pipeline:
             chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=checkpoint)
         except DocumentTooLarge as error:
             raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, error_detail(error)) from error
+        except ScannedWithoutOcr as error:
+            raise TaskFailure(ErrorCode.EMPTY_DOCUMENT, str(error)) from error
         except (WorkerInterrupt, KbError):
             raise
         except OSError as error:  # the object vanished, or its disk failed, meanwhile
