@@ -96,6 +96,38 @@ def blank_scan(width: int = 200, height: int = 260) -> tuple[int, int, str, byte
     return width, height, "FlateDecode", zlib.compress(b"\xff" * (width * height))
 
 
+def scanned_pdf(pages: list[list[str]], font: Path, points: int = 11) -> bytes:
+    """A PDF of scans: each page's lines drawn in `font` into a 150-dpi Letter-size
+    grey image (Pillow, which the `ocr` extra brings), and no text layer."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    pixels = round(points * 150 / 72)
+    face = ImageFont.truetype(str(font), pixels)
+    images = []
+    for lines in pages:
+        image = Image.new("L", (1275, 1650), 255)
+        draw = ImageDraw.Draw(image)
+        for number, line in enumerate(lines):
+            draw.text((150, 150 + number * pixels * 2), line, font=face, fill=0)
+        images.append(image)
+    out = io.BytesIO()
+    images[0].save(out, "PDF", resolution=150, save_all=True, append_images=images[1:])
+    return out.getvalue()
+
+
+def joined_pdfs(*documents: bytes) -> bytes:
+    """The pages of these PDFs, in order, as one PDF (pypdf)."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    for document in documents:
+        for page in PdfReader(io.BytesIO(document)).pages:
+            writer.add_page(page)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def make_encrypted_pdf(text: str, password: str = "secret") -> bytes:
     from pypdf import PdfReader, PdfWriter
 

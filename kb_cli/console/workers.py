@@ -69,6 +69,9 @@ class PlainWorkerLog:
         log(f"reused parse task={task_id} revision={revision} chunks={chunks}")
         self._last = None
 
+    def ocr_loaded(self, engine: str) -> None:
+        log(f"ocr engine={quoted(engine)} worker={self.worker_id}")
+
     def finished(self, task: TaskRecord) -> None:
         line = f"finished task={task.task_id} status={task.status} attempt={task.attempt}"
         if task.error_code:
@@ -173,6 +176,13 @@ class LiveWorkerDisplay(PlainWorkerLog):
             "no download or parse this attempt"
         )
         if self.live:  # a line above the bars, which go on drawing
+            self.live.print(message)
+        else:
+            self.console.print(message)
+
+    def ocr_loaded(self, engine: str) -> None:
+        message = f"[cyan]OCR[/cyan] reads scanned pages with {engine}"  # kb's own words
+        if self.live:
             self.live.print(message)
         else:
             self.console.print(message)

@@ -91,6 +91,12 @@ def ocr_mode(budget: Budget) -> str:
     return budget.limits.ocr if ocr.available() else "off"
 
 
+def ocr_setting() -> str:
+    """ocr_mode from the environment, for a kept parse's key (artefacts.py): a parse
+    made with OCR off is not reused once OCR reads scans."""
+    return (os.environ.get("KB_OCR") or "auto") if ocr.available() else "off"
+
+
 def _ocr_pages(count: int, budget: Budget) -> None:
     if count > budget.limits.ocr_max_pages:
         raise DocumentTooLarge(

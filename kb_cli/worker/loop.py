@@ -48,6 +48,7 @@ class WorkerListener(Protocol):
     def missed(self, task_id: str | None) -> None: ...
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None: ...
     def reused(self, task_id: str, revision: int, chunks: int) -> None: ...
+    def ocr_loaded(self, engine: str) -> None: ...
     def finished(self, task: TaskRecord) -> None: ...
     def released(self, task_id: str) -> None: ...
     def lost(self, task_id: str) -> None: ...
@@ -66,6 +67,9 @@ class SilentListener:
         pass
 
     def reused(self, task_id: str, revision: int, chunks: int) -> None:
+        pass
+
+    def ocr_loaded(self, engine: str) -> None:
         pass
 
     def finished(self, task: TaskRecord) -> None:
@@ -97,6 +101,7 @@ class Worker:
         self.kb = kb
         self.options = options
         self.listener = listener or SilentListener()
+        self.ocr_announced = False  # the OCR engine is named once, on its first use
         self.stop = stop or threading.Event()
         self.claimant = Claimant(kb, options, self.stop)
         self.heartbeat = Heartbeat(options.lease_seconds / 3)
@@ -263,6 +268,7 @@ class Attempt:
 
     def __init__(self, worker: Worker, claim: Claim) -> None:
         self.claim = claim
+        self.worker = worker
         self.listener = worker.listener
         self.stop = worker.stop
         self.stage_delay = worker.options.stage_delay
@@ -280,6 +286,13 @@ class Attempt:
         self.claim.note_reuse(chunks)
         task = self.claim.task
         self.listener.reused(task.id, task.revision, chunks)
+
+    def read_by_ocr(self, pages: int) -> None:
+        if not self.worker.ocr_announced:
+            from kb_cli.parsers import ocr
+
+            self.worker.ocr_announced = True
+            self.listener.ocr_loaded(ocr.engine_version())
 
     def checkpoint(self) -> None:
         if self.claim.lost.is_set():

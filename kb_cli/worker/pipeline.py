@@ -53,6 +53,9 @@ class Reporter(Protocol):
     def reused(self, chunks: int) -> None:
         """The attempt starts at the embedding stage with a kept parse: say so."""
 
+    def read_by_ocr(self, pages: int) -> None:
+        """The parse read `pages` scanned pages by OCR (parsers/ocr.py)."""
+
 
 class ChunkSink(Protocol):
     batch: int
@@ -203,6 +206,9 @@ class Pipeline:
                 checkpoint,
             )
             chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=checkpoint)
+            scanned = {block.page for block in blocks if block.ocr}
+            if scanned:
+                self.reporter.read_by_ocr(len(scanned))
         except DocumentTooLarge as error:
             raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, error_detail(error)) from error
         except ScannedWithoutOcr as error:
