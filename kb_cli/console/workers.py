@@ -69,8 +69,10 @@ class PlainWorkerLog:
         log(f"reused parse task={task_id} revision={revision} chunks={chunks}")
         self._last = None
 
-    def ocr_loaded(self, engine: str) -> None:
-        log(f"ocr engine={quoted(engine)} worker={self.worker_id}")
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
+        if engine:
+            log(f"ocr engine={quoted(engine)} worker={self.worker_id}")
+        log(f"ocr task={task_id} pages={pages}")
 
     def finished(self, task: TaskRecord) -> None:
         line = f"finished task={task.task_id} status={task.status} attempt={task.attempt}"
@@ -180,8 +182,10 @@ class LiveWorkerDisplay(PlainWorkerLog):
         else:
             self.console.print(message)
 
-    def ocr_loaded(self, engine: str) -> None:
-        message = f"[cyan]OCR[/cyan] reads scanned pages with {engine}"  # kb's own words
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
+        message = f"[cyan]OCR[/cyan] read {pages} scanned page{'s' if pages > 1 else ''}"
+        if engine:  # kb's own words: no markup in them
+            message += f" with {engine}"
         if self.live:
             self.live.print(message)
         else:

@@ -48,7 +48,7 @@ class WorkerListener(Protocol):
     def missed(self, task_id: str | None) -> None: ...
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None: ...
     def reused(self, task_id: str, revision: int, chunks: int) -> None: ...
-    def ocr_loaded(self, engine: str) -> None: ...
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None: ...
     def finished(self, task: TaskRecord) -> None: ...
     def released(self, task_id: str) -> None: ...
     def lost(self, task_id: str) -> None: ...
@@ -69,7 +69,7 @@ class SilentListener:
     def reused(self, task_id: str, revision: int, chunks: int) -> None:
         pass
 
-    def ocr_loaded(self, engine: str) -> None:
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
         pass
 
     def finished(self, task: TaskRecord) -> None:
@@ -288,11 +288,14 @@ class Attempt:
         self.listener.reused(task.id, task.revision, chunks)
 
     def read_by_ocr(self, pages: int) -> None:
+        """Pages read by OCR in this parse; the engine is named on its first use."""
+        engine = None
         if not self.worker.ocr_announced:
             from kb_cli.parsers import ocr
 
             self.worker.ocr_announced = True
-            self.listener.ocr_loaded(ocr.engine_version())
+            engine = ocr.engine_version()
+        self.listener.read_by_ocr(self.claim.task.id, pages, engine)
 
     def checkpoint(self) -> None:
         if self.claim.lost.is_set():

@@ -73,6 +73,8 @@ def test_scanned_english_and_chinese_pages_are_found_on_their_page(tmp_path):
         assert run_kb("publish", task["document_id"], "--json").code == 0
     # one line naming the engine, once for the two documents; progress page by page
     assert log.count("ocr engine=") == 1 and "rapidocr 3.10" in log, log
+    assert f"ocr task={tasks[0]['task_id']} pages=1" in log
+    assert f"ocr task={tasks[1]['task_id']} pages=1" in log
     assert "stage=parse 1/2" in log and "stage=parse 2/2" in log, log
 
     [hit, *_] = search("turbines delivered before March")
