@@ -35,11 +35,7 @@ for page in document:
     images.append(page.render(scale=scale).to_numpy()[:, :, :3])
 started = time.perf_counter()
 from rapidocr import RapidOCR
-engine = RapidOCR(params={
-    "Global.log_level": "critical",
-    "EngineConfig.onnxruntime.intra_op_num_threads": 1,
-    "EngineConfig.onnxruntime.inter_op_num_threads": 1,
-})
+engine = RapidOCR(params=ocr.ENGINE_PARAMS)
 loaded = time.perf_counter()
 texts = [" ".join(engine(image).txts or ()) for image in images]
 done = time.perf_counter()

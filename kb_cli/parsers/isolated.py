@@ -79,7 +79,7 @@ def run(
         if answer[0] == "done":
             blocks: list[Block] = answer[1]
             return blocks
-        raise _rebuild(tuple(answer), budget.limits.max_memory_bytes)
+        raise _rebuild(tuple(answer), budget.limits)
 
 
 def _ocr_memory(limits: ParseLimits) -> int:
@@ -265,7 +265,7 @@ def _collect(
             continue
         data = os.read(server.replies, 1 << 20)
         if not data:
-            raise _died(server, limits.max_memory_bytes)
+            raise _died(server, limits)
         buffer += data
         for message in _messages(buffer):
             if message[0] != "progress":
@@ -284,16 +284,22 @@ def _messages(buffer: bytearray) -> Iterator[tuple[Any, ...]]:
         yield message
 
 
-def _memory_error(limit: int, crashed: str = "") -> DocumentTooLarge:
+def _memory_error(limits: ParseLimits, crashed: str = "") -> DocumentTooLarge:
+    ocr = _ocr_memory(limits)
+    while_ocr = (
+        f", or {ocr // 2**20} MiB while OCR reads a page (KB_OCR_MAX_MEMORY_MB)"
+        if ocr > limits.max_memory_bytes
+        else ""
+    )
     return DocumentTooLarge(
-        f"parsing needed more than the memory limit of {limit // 2**20} MiB "
-        f"(KB_PARSE_MAX_MEMORY_MB){crashed}"
+        f"parsing needed more than the memory limit of {limits.max_memory_bytes // 2**20} MiB "
+        f"(KB_PARSE_MAX_MEMORY_MB){while_ocr}{crashed}"
     )
 
 
-def _rebuild(message: tuple[Any, ...], memory_limit: int) -> Exception:
+def _rebuild(message: tuple[Any, ...], limits: ParseLimits) -> Exception:
     if message[0] == "memory":
-        return _memory_error(memory_limit)
+        return _memory_error(limits)
     _, kind, name, text, number = message
     if kind == "too_large":
         return DocumentTooLarge(text)
@@ -308,12 +314,12 @@ def _rebuild(message: tuple[Any, ...], memory_limit: int) -> Exception:
     return ParseError(f"{name}: {text}" if text else name)
 
 
-def _died(server: _Server, memory_limit: int) -> Exception:
+def _died(server: _Server, limits: ParseLimits) -> Exception:
     """The server ended without a word: killed by a signal (an allocation past its
     limit aborts native code) or gone some other way."""
     _, status = os.waitpid(server.pid, 0)
     server.pid = 0  # reaped: its number may belong to another process by now
     if os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
-        return _memory_error(memory_limit, f", or its parser crashed ({name})")
+        return _memory_error(limits, f", or its parser crashed ({name})")
     return ParseError("the parser process ended without an answer")

@@ -1,8 +1,10 @@
 """Scanned PDF pages read by optical character recognition: the optional `ocr` extra.
 
-rapidocr runs the PP-OCRv6 detection and recognition models (Chinese and English) and
-a direction classifier that ship inside its wheel, on onnxruntime, one thread: the parse
-child shares the machine with the worker and other workers. pdfium renders the page.
+rapidocr runs the PP-OCRv6 detection and recognition models (Chinese and English) that
+ship inside its wheel, on onnxruntime, one thread: the parse child shares the machine
+with the worker and other workers. pdfium renders the page. The wheel's direction
+classifier is not used: on an upright English line of our samples it turned the line
+over and read "Eithtt tn t t t st" for "Either party may end this agreement".
 
 Which page is read (KB_OCR=auto): one whose text layer has fewer than
 SCANNED_MAX_CHARS characters while images cover at least SCANNED_MIN_IMAGE_COVER of
@@ -31,6 +33,13 @@ MAX_IMAGE_PIXELS = 50_000_000
 SCANNED_MAX_CHARS = 20
 SCANNED_MIN_IMAGE_COVER = 0.5
 INSTALL_HINT = "uv sync --extra ocr, or pip install 'kb-cli[ocr]'"
+
+ENGINE_PARAMS = {
+    "Global.log_level": "critical",
+    "Global.use_cls": False,
+    "EngineConfig.onnxruntime.intra_op_num_threads": 1,
+    "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+}
 
 _engine: Any = None
 
@@ -138,13 +147,7 @@ def _loaded_engine() -> Any:
         _raise_memory_limit()
         from rapidocr import RapidOCR
 
-        _engine = RapidOCR(
-            params={
-                "Global.log_level": "critical",
-                "EngineConfig.onnxruntime.intra_op_num_threads": 1,
-                "EngineConfig.onnxruntime.inter_op_num_threads": 1,
-            }
-        )
+        _engine = RapidOCR(params=ENGINE_PARAMS)
     return _engine
 
 
