@@ -30,7 +30,7 @@ def parser_key(content_type: str) -> str:
     if content_type == _PDF:
         from kb_cli.parsers import pdf
 
-        key += f";pdf={pdf.backend()}"
+        key += f";pdf={pdf.backend()};ocr={pdf.ocr_setting()}"
     return key
 
 

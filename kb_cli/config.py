@@ -165,7 +165,20 @@ def _parse_limits() -> ParseLimits:
         max_memory_bytes=int(
             _env_number("KB_PARSE_MAX_MEMORY_MB", default.max_memory_bytes / 2**20) * 2**20
         ),
+        ocr=_ocr_mode(),
+        ocr_max_pages=int(_env_number("KB_OCR_MAX_PAGES", default.ocr_max_pages, int)),
+        ocr_max_memory_bytes=int(
+            _env_number("KB_OCR_MAX_MEMORY_MB", default.ocr_max_memory_bytes / 2**20) * 2**20
+        ),
     )
+
+
+def _ocr_mode() -> str:
+    """Which PDF pages OCR reads when the `ocr` extra is installed (parsers/ocr.py)."""
+    mode = os.environ.get("KB_OCR") or "auto"
+    if mode not in ("auto", "off", "force"):
+        raise UsageError(f"KB_OCR must be auto, off or force; got {mode!r}")
+    return mode
 
 
 def _embedding_settings() -> EmbeddingSettings:

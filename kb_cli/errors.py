@@ -212,6 +212,16 @@ class ParseError(Exception):
     worker records it as the task's parse_error."""
 
 
+class UnreadableScan(ParseError):
+    """A scanned page OCR cannot read (an image that does not decode): no other PDF
+    backend would find its text either."""
+
+
+class ScannedWithoutOcr(Exception):
+    """Every page with content is an image and OCR is not installed or is off; the
+    worker records it as empty_document, with the message saying what to do."""
+
+
 class OutputClosed(Exception):
     """The reader of stdout went away (`kb status --json | head -1`): not kb's failure."""
 

@@ -61,6 +61,73 @@ def raw_pdf(objects: list[bytes]) -> bytes:
     return out.getvalue()
 
 
+def image_pdf(
+    pages: list[tuple[int, int, str, bytes]], size: tuple[float, float] = (612, 792)
+) -> bytes:
+    """A PDF of pages that only show an image each, stretched over the page: (pixel
+    width, height, PDF filter name, stream bytes), 8-bit grey; no text layer. The
+    image dictionary may declare any size and hold any bytes (a hostile scan)."""
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b""]
+    kids = []
+    for width, height, filter_name, data in pages:
+        page_id = len(objects) + 1
+        kids.append(f"{page_id} 0 R")
+        draw = b"q %g 0 0 %g 0 0 cm /Im0 Do Q" % size
+        objects += [
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %g %g] " % size
+            + b"/Resources << /XObject << /Im0 %d 0 R >> >> /Contents %d 0 R >>"
+            % (page_id + 1, page_id + 2),
+            b"<< /Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray "
+            % (width, height)
+            + b"/BitsPerComponent 8 /Filter /%s /Length %d >>\nstream\n"
+            % (filter_name.encode(), len(data))
+            + data
+            + b"\nendstream",
+            b"<< /Length %d >>\nstream\n" % len(draw) + draw + b"\nendstream",
+        ]
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>".encode()
+    return raw_pdf(objects)
+
+
+def blank_scan(width: int = 200, height: int = 260) -> tuple[int, int, str, bytes]:
+    """A white grey-scale image for image_pdf: a scan of an empty page."""
+    import zlib
+
+    return width, height, "FlateDecode", zlib.compress(b"\xff" * (width * height))
+
+
+def scanned_pdf(pages: list[list[str]], font: Path, points: int = 11) -> bytes:
+    """A PDF of scans: each page's lines drawn in `font` into a 150-dpi Letter-size
+    grey image (Pillow, which the `ocr` extra brings), and no text layer."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    pixels = round(points * 150 / 72)
+    face = ImageFont.truetype(str(font), pixels)
+    images = []
+    for lines in pages:
+        image = Image.new("L", (1275, 1650), 255)
+        draw = ImageDraw.Draw(image)
+        for number, line in enumerate(lines):
+            draw.text((150, 150 + number * pixels * 2), line, font=face, fill=0)
+        images.append(image)
+    out = io.BytesIO()
+    images[0].save(out, "PDF", resolution=150, save_all=True, append_images=images[1:])
+    return out.getvalue()
+
+
+def joined_pdfs(*documents: bytes) -> bytes:
+    """The pages of these PDFs, in order, as one PDF (pypdf)."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    for document in documents:
+        for page in PdfReader(io.BytesIO(document)).pages:
+            writer.add_page(page)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def make_encrypted_pdf(text: str, password: str = "secret") -> bytes:
     from pypdf import PdfReader, PdfWriter
 

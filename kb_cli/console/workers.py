@@ -79,6 +79,11 @@ class PlainWorkerLog:
         log(f"reused parse task={task_id} revision={revision} chunks={chunks}")
         self._last = None
 
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
+        if engine:
+            log(f"ocr engine={quoted(engine)} worker={self.worker_id}")
+        log(f"ocr task={task_id} pages={pages}")
+
     def finished(self, task: TaskRecord) -> None:
         line = f"finished task={task.task_id} status={task.status} attempt={task.attempt}"
         if task.error_code:
@@ -192,6 +197,15 @@ class LiveWorkerDisplay(PlainWorkerLog):
             "no download or parse this attempt"
         )
         if self.live:  # a line above the bars, which go on drawing
+            self.live.print(message)
+        else:
+            self.console.print(message)
+
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
+        message = f"[cyan]OCR[/cyan] read {pages} scanned page{'s' if pages > 1 else ''}"
+        if engine:  # kb's own words: no markup in them
+            message += f" with {engine}"
+        if self.live:
             self.live.print(message)
         else:
             self.console.print(message)

@@ -37,6 +37,12 @@ class ParseLimits:
     max_decompressed_bytes: int = 256 * 1024 * 1024  # KB_MAX_DECOMPRESSED_BYTES: DOCX parts
     timeout_seconds: float = 600.0  # KB_PARSE_TIMEOUT: wall time of a PDF/DOCX parse
     max_memory_bytes: int = 256 * 1024 * 1024  # KB_PARSE_MAX_MEMORY_MB: its growth
+    # Scanned pages (parsers/ocr.py, the `ocr` extra): KB_OCR auto, off or force. The
+    # parse child's limit rises to KB_OCR_MAX_MEMORY_MB when it starts reading one:
+    # one page grew its address space by 516-1,200 MiB (docs/limits.md).
+    ocr: str = "auto"
+    ocr_max_pages: int = 300  # KB_OCR_MAX_PAGES: pages read by OCR in one document
+    ocr_max_memory_bytes: int = 1536 * 1024 * 1024  # KB_OCR_MAX_MEMORY_MB
 
 
 class Budget:
@@ -79,6 +85,7 @@ class Block:
     page: int | None = None
     heading: str | None = None  # the nearest heading above the text
     parents: tuple[str, ...] = ()  # the headings above `heading`, outermost first
+    ocr: bool = False  # read from a scanned page by OCR
 
 
 # What site generators add to a heading for links and styles, not words of its title:

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kb_cli.errors import DocumentTooLarge, ParseError
+from kb_cli.errors import DocumentTooLarge, ParseError, ScannedWithoutOcr, UnreadableScan
 from kb_cli.parsers.common import Block, Budget, ParseLimits, ProgressCallback
 
 _HEADER = struct.Struct("!Q")
@@ -45,8 +45,12 @@ class _Server:
     requests: int  # the parent writes here
     replies: int  # and reads here
     memory: int  # the limit it runs under
+    ocr_memory: int  # the limit it may raise itself to while OCR reads a page
     owner: int  # the process that forked it
 
+
+# Raised by kb's checks, never a library's way of saying memory ran out.
+_OWN_ERRORS = (DocumentTooLarge, ScannedWithoutOcr, UnreadableScan)
 
 _server: _Server | None = None
 _one_at_a_time = threading.Lock()  # one server, one request at a time per process
@@ -61,7 +65,7 @@ def run(
 ) -> list[Block]:
     module.preload()
     with _one_at_a_time:
-        server = _running_server(budget.limits.max_memory_bytes)
+        server = _running_server(budget.limits.max_memory_bytes, _ocr_memory(budget.limits))
         environment = {name: os.environ.get(name) for name in _PARSER_ENVIRONMENT}
         _send(server.requests, (module.__name__, str(path), budget.limits, environment))
         try:
@@ -75,31 +79,40 @@ def run(
         if answer[0] == "done":
             blocks: list[Block] = answer[1]
             return blocks
-        raise _rebuild(tuple(answer), budget.limits.max_memory_bytes)
+        raise _rebuild(tuple(answer), budget.limits)
 
 
-def _running_server(memory: int) -> _Server:
+def _ocr_memory(limits: ParseLimits) -> int:
+    """The hard limit of the server: OCR's, when OCR may run (parsers/ocr.py)."""
+    from kb_cli.parsers import ocr
+
+    if limits.ocr == "off" or not ocr.available():
+        return limits.max_memory_bytes
+    return max(limits.max_memory_bytes, limits.ocr_max_memory_bytes)
+
+
+def _running_server(memory: int, ocr_memory: int) -> _Server:
     global _server
     if _server is not None and _server.owner != os.getpid():
         _server = None  # inherited through a fork: that server is our parent's
-    if _server is not None and _server.memory != memory:
+    if _server is not None and (_server.memory, _server.ocr_memory) != (memory, ocr_memory):
         _stop_server()
     if _server is None:
-        _server = _spawn(memory)
+        _server = _spawn(memory, ocr_memory)
     return _server
 
 
-def _spawn(memory: int) -> _Server:
+def _spawn(memory: int, ocr_memory: int) -> _Server:
     to_child, requests = os.pipe()
     replies, from_child = os.pipe()
     pid = os.fork()
     if pid == 0:  # the server: never returns
         os.close(requests)
         os.close(replies)
-        _serve(to_child, from_child, memory)
+        _serve(to_child, from_child, memory, ocr_memory)
     os.close(to_child)
     os.close(from_child)
-    return _Server(pid, requests, replies, memory, os.getpid())
+    return _Server(pid, requests, replies, memory, ocr_memory, os.getpid())
 
 
 def _stop_server() -> None:
@@ -117,7 +130,7 @@ def _stop_server() -> None:
 # --- the server ---------------------------------------------------------------------
 
 
-def _serve(requests: int, replies: int, memory: int) -> None:
+def _serve(requests: int, replies: int, memory: int, ocr_memory: int) -> None:
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -125,10 +138,12 @@ def _serve(requests: int, replies: int, memory: int) -> None:
         if base is not None:
             import resource
 
-            resource.setrlimit(resource.RLIMIT_AS, (base + memory, base + memory))
+            resource.setrlimit(resource.RLIMIT_AS, (base + memory, base + ocr_memory))
         while (request := _receive(requests)) is not None:
             reply = _parse_request(request, replies, base, memory)
-            keep = reply[0] != "memory" and not _grown(base, memory)
+            # A server that loaded the OCR model retires: the next document gets the
+            # smaller limit again, and the model's memory back.
+            keep = reply[0] != "memory" and not _grown(base, memory) and not _read_scans()
             _send(replies, (*reply, keep))
             if not keep:
                 break
@@ -151,16 +166,30 @@ def _parse_request(
         return ("done", module.parse(Path(path), progress, Budget(limits)))
     except MemoryError:
         return ("memory",)
+    except _OWN_ERRORS as error:  # said by kb's own code, whatever the memory it took
+        return ("error", *_portable(error))
     except BaseException as error:
         return ("memory",) if _grown(base, memory) else ("error", *_portable(error))
 
 
 def _grown(base: int | None, memory: int) -> bool:
-    """Whether the server's address space has ever grown past half its limit: then a
-    parser's error is its way of saying memory ran out (lxml says "unknown error"),
-    and the server retires so that the next document has the whole limit."""
+    """Whether the server's address space has ever grown past half its limit (the
+    larger one once OCR raised it): then a parser's error is its way of saying memory
+    ran out (lxml says "unknown error"), and the server retires so that the next
+    document has the whole limit."""
     peak = _address_space("VmPeak")
+    if _read_scans():
+        import resource
+
+        memory = resource.getrlimit(resource.RLIMIT_AS)[0] - (base or 0)
     return base is not None and peak is not None and peak - base > memory // 2
+
+
+def _read_scans() -> bool:
+    import sys
+
+    ocr = sys.modules.get("kb_cli.parsers.ocr")
+    return ocr is not None and ocr.engine_loaded()
 
 
 def _address_space(field: str) -> int | None:
@@ -177,6 +206,10 @@ def _portable(error: BaseException) -> tuple[Any, ...]:
     """What the parent needs to rebuild the error: its kind, type name and message."""
     if isinstance(error, DocumentTooLarge):
         return "too_large", type(error).__name__, error.message, None
+    if isinstance(error, ScannedWithoutOcr):
+        return "scanned", type(error).__name__, str(error), None
+    if isinstance(error, UnreadableScan):
+        return "unreadable_scan", type(error).__name__, str(error), None
     if isinstance(error, ParseError):
         return "parse", type(error).__name__, str(error), None
     if isinstance(error, OSError):
@@ -232,7 +265,7 @@ def _collect(
             continue
         data = os.read(server.replies, 1 << 20)
         if not data:
-            raise _died(server, limits.max_memory_bytes)
+            raise _died(server, limits)
         buffer += data
         for message in _messages(buffer):
             if message[0] != "progress":
@@ -251,32 +284,42 @@ def _messages(buffer: bytearray) -> Iterator[tuple[Any, ...]]:
         yield message
 
 
-def _memory_error(limit: int, crashed: str = "") -> DocumentTooLarge:
+def _memory_error(limits: ParseLimits, crashed: str = "") -> DocumentTooLarge:
+    ocr = _ocr_memory(limits)
+    while_ocr = (
+        f", or {ocr // 2**20} MiB while OCR reads a page (KB_OCR_MAX_MEMORY_MB)"
+        if ocr > limits.max_memory_bytes
+        else ""
+    )
     return DocumentTooLarge(
-        f"parsing needed more than the memory limit of {limit // 2**20} MiB "
-        f"(KB_PARSE_MAX_MEMORY_MB){crashed}"
+        f"parsing needed more than the memory limit of {limits.max_memory_bytes // 2**20} MiB "
+        f"(KB_PARSE_MAX_MEMORY_MB){while_ocr}{crashed}"
     )
 
 
-def _rebuild(message: tuple[Any, ...], memory_limit: int) -> Exception:
+def _rebuild(message: tuple[Any, ...], limits: ParseLimits) -> Exception:
     if message[0] == "memory":
-        return _memory_error(memory_limit)
+        return _memory_error(limits)
     _, kind, name, text, number = message
     if kind == "too_large":
         return DocumentTooLarge(text)
     if kind == "parse":
         return ParseError(text)
+    if kind == "scanned":
+        return ScannedWithoutOcr(text)
+    if kind == "unreadable_scan":
+        return UnreadableScan(text)
     if kind == "os":
         return OSError(number, text)
     return ParseError(f"{name}: {text}" if text else name)
 
 
-def _died(server: _Server, memory_limit: int) -> Exception:
+def _died(server: _Server, limits: ParseLimits) -> Exception:
     """The server ended without a word: killed by a signal (an allocation past its
     limit aborts native code) or gone some other way."""
     _, status = os.waitpid(server.pid, 0)
     server.pid = 0  # reaped: its number may belong to another process by now
     if os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
-        return _memory_error(memory_limit, f", or its parser crashed ({name})")
+        return _memory_error(limits, f", or its parser crashed ({name})")
     return ParseError("the parser process ended without an answer")

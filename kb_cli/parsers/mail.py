@@ -18,7 +18,7 @@ from email.message import EmailMessage, MIMEPart
 from email.parser import BytesParser
 from pathlib import Path
 
-from kb_cli.errors import DocumentTooLarge, ParseError
+from kb_cli.errors import DocumentTooLarge, ParseError, ScannedWithoutOcr
 from kb_cli.parsers.common import Block, Budget, ProgressCallback, part_errors
 
 MAX_PARTS = 1_000
@@ -126,7 +126,10 @@ def _attachment_blocks(part: MIMEPart, name: str, budget: Budget, nesting: int) 
             markdown = kind.extension == ".md"
             blocks: list[Block] = module.parse(Path(copy.name), _ignore, budget, markdown=markdown)
         else:
-            blocks = module.parse(Path(copy.name), _ignore, budget)
+            try:
+                blocks = module.parse(Path(copy.name), _ignore, budget)
+            except ScannedWithoutOcr:  # a scan without OCR adds nothing, as it always did
+                return []
         return blocks
 
 

@@ -48,6 +48,7 @@ class WorkerListener(Protocol):
     def missed(self, task_id: str | None) -> None: ...
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None: ...
     def reused(self, task_id: str, revision: int, chunks: int) -> None: ...
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None: ...
     def finished(self, task: TaskRecord) -> None: ...
     def released(self, task_id: str) -> None: ...
     def lost(self, task_id: str) -> None: ...
@@ -66,6 +67,9 @@ class SilentListener:
         pass
 
     def reused(self, task_id: str, revision: int, chunks: int) -> None:
+        pass
+
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
         pass
 
     def finished(self, task: TaskRecord) -> None:
@@ -97,6 +101,7 @@ class Worker:
         self.kb = kb
         self.options = options
         self.listener = listener or SilentListener()
+        self.ocr_announced = False  # the OCR engine is named once, on its first use
         self.stop = stop or threading.Event()
         self.claimant = Claimant(kb, options, self.stop)
         self.heartbeat = Heartbeat(options.lease_seconds / 3)
@@ -265,6 +270,7 @@ class Attempt:
 
     def __init__(self, worker: Worker, claim: Claim) -> None:
         self.claim = claim
+        self.worker = worker
         self.listener = worker.listener
         self.stop = worker.stop
         self.stage_delay = worker.options.stage_delay
@@ -282,6 +288,16 @@ class Attempt:
         self.claim.note_reuse(chunks)
         task = self.claim.task
         self.listener.reused(task.id, task.revision, chunks)
+
+    def read_by_ocr(self, pages: int) -> None:
+        """Pages read by OCR in this parse; the engine is named on its first use."""
+        engine = None
+        if not self.worker.ocr_announced:
+            from kb_cli.parsers import ocr
+
+            self.worker.ocr_announced = True
+            engine = ocr.engine_version()
+        self.listener.read_by_ocr(self.claim.task.id, pages, engine)
 
     def checkpoint(self) -> None:
         if self.claim.lost.is_set():

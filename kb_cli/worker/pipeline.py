@@ -29,6 +29,7 @@ from kb_cli.errors import (
     ObjectStoreUnreachable,
     ProviderRejected,
     ProviderUnavailable,
+    ScannedWithoutOcr,
     TaskFailure,
     WorkerInterrupt,
 )
@@ -51,6 +52,9 @@ class Reporter(Protocol):
 
     def reused(self, chunks: int) -> None:
         """The attempt starts at the embedding stage with a kept parse: say so."""
+
+    def read_by_ocr(self, pages: int) -> None:
+        """The parse read `pages` scanned pages by OCR (parsers/ocr.py)."""
 
 
 class ChunkSink(Protocol):
@@ -209,8 +213,13 @@ class Pipeline:
                 checkpoint,
             )
             chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=checkpoint)
+            scanned = {block.page for block in blocks if block.ocr}
+            if scanned:
+                self.reporter.read_by_ocr(len(scanned))
         except DocumentTooLarge as error:
             raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, error_detail(error)) from error
+        except ScannedWithoutOcr as error:
+            raise TaskFailure(ErrorCode.EMPTY_DOCUMENT, str(error)) from error
         except (WorkerInterrupt, KbError):
             raise
         except OSError as error:  # the object vanished, or its disk failed, meanwhile
