@@ -390,6 +390,27 @@ class Claim:
         self.position = (Stage.EMBEDDING, 0, chunks)
         self._retrying(write)
 
+    def note_ocr(self, pages: int, engine: str) -> None:
+        """Say, in the task's history, how many pages this parse read by OCR and with
+        what engine (a write fenced on the claim, as a progress write is)."""
+        stage, done, total = self.position
+        plural = "" if pages == 1 else "s"
+        detail = f"{pages} page{plural} of revision {self.task.revision} read by OCR ({engine})"
+
+        def write() -> None:
+            with self.kb.db.write() as conn:
+                self._write_progress(conn, stage, done, total)
+                event = audit_event(  # no state change: no from or to status
+                    self.kb.actor.name,
+                    "read_by_ocr",
+                    self.task.id,
+                    detail=self.claimant.audit_detail(detail),
+                    at=self.claimant.now(),
+                )
+                queries.insert_audit_events(conn, [event])
+
+        self._retrying(write)
+
     # --- endings ---------------------------------------------------------------------
 
     def complete(self, rows: list[dict[str, Any]]) -> TaskRow:

@@ -290,14 +290,16 @@ class Attempt:
         self.listener.reused(task.id, task.revision, chunks)
 
     def read_by_ocr(self, pages: int) -> None:
-        """Pages read by OCR in this parse; the engine is named on its first use."""
-        engine = None
-        if not self.worker.ocr_announced:
-            from kb_cli.parsers import ocr
+        """Pages read by OCR in this parse, in the task's history; the engine is named
+        in the worker's log on its first use."""
+        from kb_cli.parsers import ocr
 
-            self.worker.ocr_announced = True
-            engine = ocr.engine_version()
-        self.listener.read_by_ocr(self.claim.task.id, pages, engine)
+        engine = ocr.engine_version()
+        self.checkpoint()
+        self.claim.note_ocr(pages, engine)
+        first_use = not self.worker.ocr_announced
+        self.worker.ocr_announced = True
+        self.listener.read_by_ocr(self.claim.task.id, pages, engine if first_use else None)
 
     def checkpoint(self) -> None:
         if self.claim.lost.is_set():
