@@ -119,6 +119,11 @@ class CallerRevoked(ForbiddenError):
     is_refusal = True
 
 
+class AlreadyExists(ConflictError):
+    """A unique index of the database refused a row: another command made it first
+    (for documents: one per base and metadata `path`)."""
+
+
 class InvalidInputError(KbError):
     """Unsupported, unreadable or oversized input."""
 

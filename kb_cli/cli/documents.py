@@ -57,16 +57,28 @@ def upload(
             show_default=False,
         ),
     ] = None,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta",
+            metavar="KEY=VALUE",
+            help="Metadata to store on each document (repeatable; see `kb search --where`).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Upload files as draft documents.
 
     Every file is checked before any is stored: one unsupported file stores nothing.
 
-    Example: kb upload report.pdf notes.md --submit --base engineering
+    Examples: kb upload report.pdf notes.md --submit --base engineering;
+    kb upload q3.pdf --meta team=finance --meta year=2026
     """
+    from kb_cli import metadata
     from kb_cli.services import documents
 
+    pairs = metadata.parse_pairs(meta or [])
     if replace is not None:
         if len(files) != 1 or submit or base is not None:
             raise UsageError(
@@ -74,10 +86,10 @@ def upload(
                 "submit or retry afterwards"
             )
         kb, grant = open_granted(ctx, REPLACE, replace)
-        records: list[Any] = [documents.replace_file(kb, files[0], grant.full_id)]
+        records: list[Any] = [documents.replace_file(kb, files[0], grant.full_id, pairs)]
     else:
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE)
-        uploaded = documents.upload(kb, files, submit=submit, base=base or DEFAULT_BASE)
+        uploaded = documents.upload(kb, files, submit=submit, base=base or DEFAULT_BASE, meta=pairs)
         console.warn_duplicates(uploaded.duplicates)
         records = uploaded.records
     print_with_filenames(records, json_out)

@@ -166,3 +166,14 @@ TeamOption = Annotated[
     list[str] | None,
     typer.Option("--team", metavar="TEAM", help="A team (repeat for several).", show_default=False),
 ]
+
+WhereOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        metavar="KEY=VALUE",
+        help="Only documents whose metadata KEY equals VALUE (KEY^=PREFIX: starts with "
+        "PREFIX); repeat to require several.",
+        show_default=False,
+    ),
+]

@@ -12,6 +12,7 @@ import typer
 from kb_cli import console
 from kb_cli.cli.shared import (
     JsonFlag,
+    WhereOption,
     finite_number,
     open_granted,
     open_kb,
@@ -80,26 +81,31 @@ def status(
             f"{', '.join(ErrorCode)}.",
         ),
     ] = None,
+    where: WhereOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Show a task, a document, or every document (newest first).
 
     Examples: kb status; kb status 3f2a9c --wait --timeout 60; kb status --status failed
     """
+    from kb_cli import metadata
     from kb_cli.services import documents, tasks
 
+    filters = metadata.parse_where(where or [])
     if entity_id is None:
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
         kb = open_to_read(ctx, STATUS, json_out)
-        records = documents.list_document_records(kb, status_filter, error_code) if kb else []
+        records = (
+            documents.list_document_records(kb, status_filter, error_code, filters) if kb else []
+        )
         if json_out:
             console.print_records(records, True)
         elif kb:
             console.print_document_table(records, footer=kb.settings.embeddings.describe())
         return
-    if status_filter or error_code:
-        raise UsageError("--status and --error-code filter the list; give no id with them")
+    if status_filter or error_code or filters:
+        raise UsageError("--status, --error-code and --where filter the list; give no id with them")
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
     kb, grant = open_granted(ctx, STATUS, entity_id, create=False)

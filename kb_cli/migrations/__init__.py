@@ -24,6 +24,7 @@ REVISIONS = (
     "0008_lifecycle",
     "0009_stage_artefacts",
     "0010_events",
+    "0011_document_meta",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -9,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kb_cli import queries
+from kb_cli import metadata, queries
 from kb_cli.app import Kb, require_base
 from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
-from kb_cli.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
+from kb_cli.errors import AlreadyExists, ConflictError, InvalidInputError, NotFoundError, UsageError
 from kb_cli.lifecycle import (
     PUBLISHABLE,
     REPLACEABLE,
@@ -25,7 +27,8 @@ from kb_cli.lifecycle import (
 )
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
-from kb_cli.records import DocumentRecord, DocumentRow, TaskRecord
+from kb_cli.queries import AuditEvent
+from kb_cli.records import DocumentRecord, DocumentRow, TaskRecord, meta_of
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document, task_event_data
 
@@ -50,10 +53,22 @@ class Uploaded:
     duplicates: list[Duplicate]
 
 
-def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_BASE) -> Uploaded:
-    """Store each file as a draft document of `base` (and submit it); all or nothing."""
+def upload(
+    kb: Kb,
+    paths: list[Path],
+    submit: bool = False,
+    base: str = DEFAULT_BASE,
+    meta: dict[str, str] | None = None,
+) -> Uploaded:
+    """Store each file as a draft document of `base` (and submit it), each with the
+    metadata `meta`; all or nothing."""
     if not paths:
         raise UsageError("give at least one file to upload")
+    meta = metadata.checked(meta or {})
+    if metadata.PATH in meta and len(paths) > 1:
+        raise UsageError(
+            f"metadata {metadata.PATH!r} names one document of a base: upload one file with it"
+        )
     uploads = _check_files(paths, kb.settings.max_upload_bytes)
     stored = _store_all(kb, uploads)
     try:
@@ -63,7 +78,13 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
             # keep the order of the files named.
             inserted = [
                 _Inserted(
-                    _insert_document(conn, kb.actor.name, base, up, obj, kb.timestamp()),
+                    insert_document(
+                        conn,
+                        kb.actor.name,
+                        base,
+                        NewDocument(up.filename, up.kind.content_type, obj, meta),
+                        kb.timestamp(),
+                    ),
                     up.filename,
                     obj,
                 )
@@ -78,6 +99,13 @@ def upload(kb: Kb, paths: list[Path], submit: bool = False, base: str = DEFAULT_
             else:
                 records = [document_record(conn, new.document_id) for new in inserted]
             return Uploaded(records, duplicates)
+    except AlreadyExists as taken:
+        for obj in stored:
+            kb.store.delete(obj.key)
+        raise AlreadyExists(
+            f"a document of base {base!r} already has path {meta.get(metadata.PATH)!r}: "
+            "replace its file instead (kb upload FILE --replace ID)"
+        ) from taken
     except BaseException:
         for obj in stored:
             kb.store.delete(obj.key)
@@ -135,44 +163,73 @@ def _duplicates(conn: Connection, base: str, inserted: list[_Inserted]) -> list[
     return found
 
 
-def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
-    """Give a draft, failed or published document a new source file and revision."""
+def replace_file(
+    kb: Kb, path: Path, document_id: str, meta: dict[str, str] | None = None
+) -> DocumentRecord:
+    """Give a draft, failed or published document a new source file and revision (and
+    set the metadata keys of `meta`)."""
     [upload] = _check_files([path], kb.settings.max_upload_bytes)
+    meta = metadata.checked(meta or {})
     with kb.db.read() as conn:
         require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
     [obj] = _store_all(kb, [upload])
     try:
         with kb.db.write() as conn:
             document = queries.existing_document(conn, document_id, lock=True)
-            require_status(document, REPLACEABLE, "replace")
-            # A published (or unpublished) document goes back to draft; draft and failed
-            # keep their status so that `retry` reprocesses a failed document's new file.
-            served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
-            new_status = DocStatus.DRAFT if document.status in served else document.status
-            move_document(
+            replace_revision(
                 conn,
+                kb.actor.name,
                 document,
-                DocStatus(new_status),
-                actor=kb.actor.name,
-                action="replace",
-                required=True,
-                detail=f"revision {document.revision + 1}",
-                filename=upload.filename,
-                content_type=upload.kind.content_type,
-                size_bytes=obj.size_bytes,
-                sha256=obj.sha256,
-                object_key=obj.key,
-                revision=document.revision + 1,
-                updated_at=kb.timestamp(),
+                NewDocument(upload.filename, upload.kind.content_type, obj, meta),
+                kb.timestamp(),
             )
-            queries.delete_artefacts(conn, document_id)  # parses of the superseded file
             record = document_record(conn, document_id)
+    except AlreadyExists as taken:
+        kb.store.delete(obj.key)
+        raise AlreadyExists(
+            f"another document of its base already has path {meta.get(metadata.PATH)!r}"
+        ) from taken
     except BaseException:
         kb.store.delete(obj.key)
         raise
     # The old file is no longer needed: the published revision lives on as chunks.
     kb.store.delete(document.object_key)
     return record
+
+
+def replace_revision(
+    conn: Connection, actor: str, document: DocumentRow, new: NewDocument, now: str
+) -> None:
+    """In `conn`: the document's next revision is the stored file of `new`, its metadata
+    keys updated with `new.meta`; its old object is the caller's to delete after commit.
+    A conflict unless the document is draft, failed, published or unpublished."""
+    require_status(document, REPLACEABLE, "replace")
+    # A published (or unpublished) document goes back to draft; draft and failed
+    # keep their status so that `retry` reprocesses a failed document's new file.
+    served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
+    new_status = DocStatus.DRAFT if document.status in served else document.status
+    merged = metadata.checked({**meta_of(document.meta), **new.meta})
+    obj = new.stored
+    move_document(
+        conn,
+        document,
+        DocStatus(new_status),
+        actor=actor,
+        action="replace",
+        required=True,
+        detail=f"revision {document.revision + 1}",
+        filename=new.filename,
+        content_type=new.content_type,
+        size_bytes=obj.size_bytes,
+        sha256=obj.sha256,
+        object_key=obj.key,
+        revision=document.revision + 1,
+        updated_at=now,
+        meta=json.dumps(merged, ensure_ascii=False, sort_keys=True),
+    )
+    if new.meta:
+        queries.insert_audit_events(conn, [meta_event(actor, document.id, new.meta, now)])
+    queries.delete_artefacts(conn, document.id)  # parses of the superseded file
 
 
 def submit_document(kb: Kb, document_id: str) -> TaskRecord:
@@ -240,10 +297,14 @@ def document_record(conn: Connection, document_id: str) -> DocumentRecord:
 
 
 def list_document_records(
-    kb: Kb, status: str | None = None, error_code: str | None = None
+    kb: Kb,
+    status: str | None = None,
+    error_code: str | None = None,
+    where: tuple[metadata.MetaFilter, ...] = (),
 ) -> list[DocumentRecord]:
+    scope = dataclasses.replace(kb.scope, where=where)
     with kb.db.read() as conn:
-        return queries.list_documents(conn, status, error_code, scope=kb.scope)
+        return queries.list_documents(conn, status, error_code, scope=scope)
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -316,16 +377,27 @@ def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
     return stored
 
 
-def _insert_document(
-    conn: Connection, actor: str, base: str, upload: _Upload, obj: StoredObject, now: str
-) -> str:
+@dataclass(frozen=True)
+class NewDocument:
+    """What a new document row is made of: its file as stored, and its metadata."""
+
+    filename: str
+    content_type: str
+    stored: StoredObject
+    meta: dict[str, str]
+
+
+def insert_document(conn: Connection, actor: str, base: str, new: NewDocument, now: str) -> str:
+    """A draft document row with its audit events, in `conn`: its id. AlreadyExists
+    when its metadata `path` is taken in `base` (the database's unique index)."""
     document_id = str(uuid.uuid4())
+    obj = new.stored
     queries.insert_document(
         conn,
         id=document_id,
         base=base,
-        filename=upload.filename,
-        content_type=upload.kind.content_type,
+        filename=new.filename,
+        content_type=new.content_type,
         size_bytes=obj.size_bytes,
         sha256=obj.sha256,
         object_key=obj.key,
@@ -336,12 +408,20 @@ def _insert_document(
         latest_task_id=None,
         created_at=now,
         updated_at=now,
+        meta=json.dumps(new.meta, ensure_ascii=False, sort_keys=True),
     )
-    queries.insert_audit_events(
-        conn,
-        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.filename, at=now)],
-    )
+    events = [
+        audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, new.filename, at=now)
+    ]
+    if new.meta:
+        events.append(meta_event(actor, document_id, new.meta, now))
+    queries.insert_audit_events(conn, events)
     return document_id
+
+
+def meta_event(actor: str, document_id: str, meta: dict[str, str], now: str) -> AuditEvent:
+    """The audit event of a document's metadata being set: every key and value."""
+    return audit_event(actor, "meta", document_id, None, None, metadata.describe(meta), at=now)
 
 
 def _submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskRecord:
