@@ -131,6 +131,10 @@ class InvalidInputError(KbError):
     code = "invalid_input"
 
 
+class SyncIncomplete(InvalidInputError):
+    """`kb sync` went through every path, and some failed (their records say why)."""
+
+
 class ObjectTooLarge(InvalidInputError):
     """The file is larger than the upload limit."""
 

@@ -198,6 +198,17 @@ def list_documents(
     return [DocumentRecord.from_listing(row) for row in conn.execute(sql, params)]
 
 
+def documents_with_paths(conn: Connection, base: str) -> list[DocumentRow]:
+    """The live documents of `base` that have a metadata `path` (what `kb sync` matches
+    files to)."""
+    path = conn.engine.META_PATH.format(column="d.meta")
+    sql = (
+        f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS} AS d"
+        f" WHERE d.base = :base AND {path} IS NOT NULL AND {_NOT_DELETING}"
+    )
+    return [DocumentRow._make(row) for row in conn.execute(sql, {"base": base})]
+
+
 _TASK_ROW_OF_T = ", ".join(f"t.{column}" for column in TaskRow._fields)
 
 

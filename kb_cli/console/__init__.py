@@ -41,6 +41,7 @@ from kb_cli.console.events import RelayLog, event_line, print_event
 from kb_cli.console.history import audit_line
 from kb_cli.console.renderers import print_records
 from kb_cli.console.stages import STAGES, LiveStages
+from kb_cli.console.sync import SyncProgress, print_sync_record, print_sync_summary
 from kb_cli.console.tasks import (
     WIDE,
     confirm_deletion,
@@ -67,6 +68,7 @@ __all__ = [
     "PlainWorkerLog",
     "Progress",
     "RelayLog",
+    "SyncProgress",
     "WaitHint",
     "audit_line",
     "cell_len_of",
@@ -88,6 +90,8 @@ __all__ = [
     "print_records",
     "print_reindex",
     "print_search",
+    "print_sync_record",
+    "print_sync_summary",
     "print_upgrade",
     "print_users",
     "report_error",

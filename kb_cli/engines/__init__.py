@@ -63,6 +63,7 @@ class Engine(Protocol):
     SKIP_LOCKED: str  # the same, skipping rows another transaction holds
     COUNT_TABLES: str
     VERSION_TABLE_EXISTS: str
+    META_PATH: str  # the metadata `path` of {column}, as the unique index ux_documents_path has it
 
     def connect(self, url: str, busy_timeout_seconds: float) -> Any: ...
     def begin(self, raw: Any, write: bool) -> None: ...

@@ -39,6 +39,8 @@ SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 COUNT_TABLES = (
     "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
 )
+# The expression of the unique index ux_documents_path (migration 0011).
+META_PATH = "({column} ->> 'path')"
 VERSION_TABLE_EXISTS = "SELECT to_regclass('kb_schema_version') IS NOT NULL"
 _MIGRATION_LOCK = 4_710_001  # any constant: one migrating process at a time
 

@@ -31,6 +31,8 @@ WAL_CHECKPOINT_PAGES = 10_000
 LOCK_ROW = ""  # BEGIN IMMEDIATE already excludes every other writer
 SKIP_LOCKED = ""
 COUNT_TABLES = "SELECT count(*) FROM sqlite_master"
+# The expression of the unique index ux_documents_path (migration 0011).
+META_PATH = "json_extract({column}, '$.path')"
 VERSION_TABLE_EXISTS = (
     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'kb_schema_version'"
 )

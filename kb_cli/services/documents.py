@@ -478,6 +478,8 @@ def _submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskRec
     return TaskRecord.from_row(task, document.filename)
 
 
+submit_in = _submit  # for a service that submits inside its own transaction (kb sync)
+
 # What a person can do next with a document in each status, for refusals.
 NEXT_STEP = {
     DocStatus.DRAFT: "submit it first: kb submit {id}",
