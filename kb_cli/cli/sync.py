@@ -95,3 +95,55 @@ def sync(
         raise SyncIncomplete(
             f"{failed} of the paths failed (see their records); the rest is synced"
         )
+
+
+REPARSE = Rule("reparse", EDITORS, Target.DOCUMENT)
+REPARSE_IN_BASE = Rule("reparse", EDITORS, Target.BASE)
+
+
+def reparse(
+    ctx: typer.Context,
+    document_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[DOCUMENT_ID]...",
+            help="Documents to parse again (ids or unique prefixes).",
+            show_default=False,
+        ),
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option("--base", metavar="NAME", help="Instead of ids: every document of this base."),
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Instead of ids: every document you may change.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be queued; queue nothing.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask on a terminal (for scripts).")
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Parse stored files again with today's parsers and settings, as new revisions.
+
+    No upload: each document's stored file is submitted again as its next revision and
+    goes through review; search keeps serving the published revision meanwhile. A
+    document being processed or waiting for review is left as it is (with a reason).
+    --base and --all ask first on a terminal (--yes skips).
+
+    Examples: kb reparse 3f2a9c; kb reparse --base handbook --dry-run; kb reparse --all --yes
+    """
+    from kb_cli.cli.shared import open_granted
+    from kb_cli.services import reparse as service
+
+    refs = document_ids or []
+    rule, target = (REPARSE, refs[0]) if refs else (REPARSE_IN_BASE, base)
+    kb, grant = open_granted(ctx, rule, target, more=refs[1:])
+    planned = service.plan(kb, grant.ids if refs else [], base, every)
+    bulk = not refs
+    if not dry_run and bulk and planned and not yes and not console.confirm_reparse(planned):
+        raise typer.Exit(1)
+    done = planned if dry_run else service.reparse(kb, planned)
+    console.print_reparse(done, json_out)

@@ -60,3 +60,40 @@ def print_sync_summary(summary: Any, as_json: bool) -> None:
     counts = " ".join(f"{action}={count}" for action, count in summary.counts.items())
     verb = "would sync" if summary.dry_run else "synced"
     emit(f"{verb} {quoted(summary.source)} into base {summary.base}: {counts}")
+
+
+def confirm_reparse(planned: list[Any]) -> bool:
+    """On a terminal, ask before queueing many documents again; elsewhere do not ask."""
+    from kb_cli.console.core import counted, log, visible
+
+    if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
+        return True
+    for item in planned[:10]:
+        log(f"  {item.document_id}  {visible(item.filename)}  ({item.status})")
+    if len(planned) > 10:
+        log(f"  ... and {len(planned) - 10} more")
+    sys.stderr.write(f"parse {counted(len(planned), 'document')} again as new revisions? [y/N] ")
+    sys.stderr.flush()
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        log("nothing queued")
+        return False
+    return True
+
+
+def print_reparse(items: list[Any], as_json: bool) -> None:
+    from kb_cli.console.core import log, visible
+
+    for item in items:
+        if as_json:
+            write_json(item)
+        elif item.queued:
+            emit(
+                f"queued {item.document_id} {visible(item.filename)} revision={item.revision} "
+                f"task={item.task_id}"
+            )
+        elif item.reason is None:
+            emit(f"would queue {item.document_id} {visible(item.filename)} ({item.status})")
+        else:
+            emit(f"left {item.document_id} {visible(item.filename)}: {item.reason}")
+    if not items:
+        log("kb: nothing to reparse")

@@ -108,7 +108,7 @@ class Pipeline:
             raise TaskFailure(
                 ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
             )
-        parser_key = artefacts.parser_key(document.content_type)
+        parser_key = artefacts.parser_key(document.content_type, self.kb.settings.chunk_chars)
         chunks = self.reuse(parser_key)
         if chunks is None:
             with self.download(document) as path:
@@ -201,7 +201,12 @@ class Pipeline:
                 limits,
                 checkpoint,
             )
-            chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=checkpoint)
+            chunks = chunk_blocks(
+                blocks,
+                self.kb.settings.chunk_chars,
+                max_chunks=limits.max_chunks,
+                checkpoint=checkpoint,
+            )
         except DocumentTooLarge as error:
             raise TaskFailure(ErrorCode.DOCUMENT_TOO_LARGE, error_detail(error)) from error
         except (WorkerInterrupt, KbError):
