@@ -5,12 +5,15 @@ with no duplicate, no lost file and no orphan object (on SQLite and PostgreSQL).
 from __future__ import annotations
 
 import json
+import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import db_rows, finish, kb_json, object_keys, run_kb, start_kb
+from tests.helpers import REPO, db_rows, finish, kb_env, kb_json, object_keys, run_kb, start_kb
 
 FILES = 120
 
@@ -77,3 +80,59 @@ def test_two_syncs_at_once_make_no_duplicate(tmp_path):
     assert sorted(added) == sorted(set(added)) and len(added) == FILES
     converged(source)
     assert len(object_keys()) == FILES  # the loser of each race removed its object
+
+
+def readme_ci_block() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    [block] = [
+        match
+        for match in re.findall(r"^```bash\n(.*?)^```", readme, re.S | re.M)
+        if "kb sync docs" in match
+    ]
+    return block
+
+
+KB_IS_THIS_KB = f'kb() {{ "{sys.executable}" -m kb_cli "$@"; }}\n'
+
+
+@pytest.mark.slow
+def test_the_readme_ci_job_runs_as_pasted(tmp_path):
+    """The README's CI example, with a worker running: synced, waited for, published,
+    gated by kb eval; then run again after an edit, and with a failing gate."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "leave.md").write_text("# Leave\n\nEmployees get 25 days of annual leave.\n")
+    (docs / "travel.md").write_text("# Travel\n\nTrain travel is booked in second class.\n")
+    questions = [
+        {"question": "How many days of annual leave?", "expected": ["leave.md"]},
+        {"question": "Which class for train travel?", "expected": ["travel.md"]},
+    ]
+    (docs / "questions.jsonl").write_text("\n".join(json.dumps(q) for q in questions) + "\n")
+    assert run_kb("base", "create", "docs").code == 0
+    worker = start_kb("work", "--loop", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def job() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", "-c", KB_IS_THIS_KB + readme_ci_block()],
+            cwd=tmp_path,
+            env=kb_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    try:
+        first = job()
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "added" in first.stdout and "hit_at_k" not in first.stderr
+        (docs / "leave.md").write_text("# Leave\n\nEmployees get 30 days of annual leave.\n")
+        second = job()
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert re.search(r'^changed "leave.md"', second.stdout, re.M)
+        (docs / "leave.md").unlink()
+        (docs / "travel.md").unlink()
+        gated = job()
+        assert gated.returncode == 4, gated.stdout + gated.stderr  # the eval gate
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
