@@ -33,6 +33,8 @@ class Sizes:
     lock_chunks: int = 300_000
     parse_cost_docs: int = 200
     chunker_mb: int = 50
+    sync_files: int = 10_000
+    sync_changed: int = 1_000
     runs: int = 3
 
 
@@ -48,6 +50,8 @@ QUICK = Sizes(
     lock_chunks=2_000,
     parse_cost_docs=10,
     chunker_mb=2,
+    sync_files=200,
+    sync_changed=20,
     runs=1,
 )
 

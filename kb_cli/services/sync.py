@@ -105,10 +105,10 @@ def sync(
     source = _source(location)
     with kb.db.read() as conn:
         require_base(conn, kb.scope, options.base)
-        known = {
-            meta_of(row.meta)[metadata.PATH]: row
-            for row in queries.documents_with_paths(conn, options.base)
-        }
+        known = {}
+        for row in queries.documents_with_paths(conn, options.base):
+            meta = meta_of(row.meta)
+            known[meta[metadata.PATH]] = _Known(row, meta)
     run = _Run(kb, source, options, known, Counters(), progress)
     for record in run.records():
         summary.counts[record.action] += 1
@@ -127,13 +127,21 @@ def _source(location: str) -> Source:
     return open_source(location)
 
 
+@dataclass(frozen=True)
+class _Known:
+    """A document of the base with a path, and its metadata (parsed once)."""
+
+    row: DocumentRow
+    meta: dict[str, str]
+
+
 class _Run:
     def __init__(
         self,
         kb: Kb,
         source: Source,
         options: SyncOptions,
-        known: dict[str, DocumentRow],
+        known: dict[str, _Known],
         counters: Counters,
         progress: Callable[[Counters], None] | None,
     ) -> None:
@@ -155,15 +163,16 @@ class _Run:
             self.progress(self.counters)
 
     def _one(self, entry: Entry) -> SyncRecord:
-        document = self.known.pop(entry.path, None)
+        known = self.known.pop(entry.path, None)
+        document = known.row if known else None
         document_id = document.id if document else None
         if entry.problem is not None:
             return SyncRecord(entry.path, entry.outcome, document_id, entry.problem)
         bad_name = _bad_name(entry.path)
         if bad_name:
             return SyncRecord(_printable(entry.path), FAILED, document_id, bad_name)
-        if document is not None and not self.options.checksum and _same_stamp(document, entry):
-            return SyncRecord(entry.path, UNCHANGED, document.id)
+        if known is not None and not self.options.checksum and _same_stamp(known.meta, entry):
+            return SyncRecord(entry.path, UNCHANGED, known.row.id)
         if entry.size > self.kb.settings.max_upload_bytes:
             limit = self.kb.settings.max_upload_bytes
             return SyncRecord(entry.path, FAILED, document_id, f"too large (limit {limit} bytes)")
@@ -278,10 +287,9 @@ class _Run:
     def _missing(self) -> Iterator[SyncRecord]:
         """Documents of this source whose path is gone, as --missing says."""
         gone = [
-            (path, row)
-            for path, row in sorted(self.known.items())
-            if meta_of(row.meta).get(metadata.SOURCE) == self.source.name
-            and _taken(path, self.options)
+            (path, known.row)
+            for path, known in sorted(self.known.items())
+            if known.meta.get(metadata.SOURCE) == self.source.name and _taken(path, self.options)
         ]
         for path, row in gone:
             yield self._handle_missing(path, row)
@@ -308,6 +316,8 @@ class _Run:
 def _taken(path: str, options: SyncOptions) -> bool:
     """--include (any, when given) and --exclude (none), on the relative path or the
     file name."""
+    if not (options.include or options.exclude):
+        return True
     name = path.rsplit("/", 1)[-1]
 
     def matches(patterns: Iterable[str]) -> bool:
@@ -318,8 +328,7 @@ def _taken(path: str, options: SyncOptions) -> bool:
     return not matches(options.exclude)
 
 
-def _same_stamp(document: DocumentRow, entry: Entry) -> bool:
-    meta = meta_of(document.meta)
+def _same_stamp(meta: dict[str, str], entry: Entry) -> bool:
     return meta.get(SIZE) == str(entry.size) and meta.get(STAMP) == entry.stamp
 
 
