@@ -136,3 +136,22 @@ def test_the_readme_ci_job_runs_as_pasted(tmp_path):
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
+
+
+def test_on_a_terminal_sync_counts_live_and_reparse_asks_first(tmp_path):
+    from tests.terminal import ANSI, run_in_terminal
+
+    source = tmp_path / "src"
+    for i in range(40):
+        (source / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (source / f"d{i % 4}" / f"n{i:02}.md").write_text(f"# N{i}\n\nnote {i}\n", "utf-8")
+    code, screen = run_in_terminal("sync", str(source))
+    text = ANSI.sub("", screen)
+    assert code == 0, text
+    assert "scanned" in text and "uploaded" in text  # the live count on stderr
+    assert 'added "d0/n00.md"' in text and "added=40" in text
+    code, screen = run_in_terminal(
+        "reparse", "--all", answer=("again as new revisions? [y/N] ", "n\n")
+    )
+    assert code == 1 and "nothing queued" in ANSI.sub("", screen)
+    assert {d["revision"] for d in kb_json("status")} == {1}
