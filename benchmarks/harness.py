@@ -184,8 +184,11 @@ def backends() -> list[str]:
 
 
 # Documents as the benchmarks write them directly: 13 columns of 0001, the base of 0006,
-# then 0008's rejected_revision, rejected_reason and archived_revision (none set).
-DOCUMENT_ROWS = "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'default',NULL,NULL,NULL)"
+# then 0008's rejected_revision, rejected_reason and archived_revision (none set), and
+# 0011's metadata (none).
+DOCUMENT_ROWS = (
+    "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'default',NULL,NULL,NULL,'{}')"
+)
 
 
 def fill_queue(home: Path, count: int, extra: dict[str, str]) -> None:

@@ -26,7 +26,7 @@ def test_benchmarks_run_on_tiny_sizes(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(output.read_text())
     cases = {row["case"].split()[0] for row in report["rows"]}
-    assert cases == {str(number) for number in range(1, 16)}
+    assert cases == {str(number) for number in range(1, 17)}
     contention = next(row for row in report["rows"] if row["case"].startswith("3"))
     assert contention["extra"]["lock_errors"] == 0 and contention["extra"]["exactly_once"]
     assert "| case | metric |" in done.stdout
