@@ -33,6 +33,8 @@ class Sizes:
     lock_chunks: int = 300_000
     parse_cost_docs: int = 200
     chunker_mb: int = 50
+    sync_files: int = 10_000
+    sync_changed: int = 1_000
     runs: int = 3
 
 
@@ -48,6 +50,8 @@ QUICK = Sizes(
     lock_chunks=2_000,
     parse_cost_docs=10,
     chunker_mb=2,
+    sync_files=200,
+    sync_changed=20,
     runs=1,
 )
 
@@ -180,8 +184,11 @@ def backends() -> list[str]:
 
 
 # Documents as the benchmarks write them directly: 13 columns of 0001, the base of 0006,
-# then 0008's rejected_revision, rejected_reason and archived_revision (none set).
-DOCUMENT_ROWS = "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'default',NULL,NULL,NULL)"
+# then 0008's rejected_revision, rejected_reason and archived_revision (none set), and
+# 0012's metadata (none).
+DOCUMENT_ROWS = (
+    "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,'default',NULL,NULL,NULL,'{}')"
+)
 
 
 def fill_queue(home: Path, count: int, extra: dict[str, str]) -> None:

@@ -24,9 +24,9 @@ from kb_cli.parsers import PARSER_VERSION
 _PDF = "application/pdf"
 
 
-def parser_key(content_type: str) -> str:
+def parser_key(content_type: str, chunk_chars: int = TARGET_CHARS) -> str:
     """What besides the file's bytes decides its chunks, as one comparable string."""
-    key = f"v{PARSER_VERSION};{content_type};chunks={TARGET_CHARS}/{OVERLAP_CHARS}"
+    key = f"v{PARSER_VERSION};{content_type};chunks={chunk_chars}/{OVERLAP_CHARS}"
     if content_type == _PDF:
         from kb_cli.parsers import pdf
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kb_cli.chunking import OVERLAP_CHARS, TARGET_CHARS
 from kb_cli.embeddings import PROVIDERS, EmbeddingSettings
 from kb_cli.errors import UsageError
 from kb_cli.parsers import ParseLimits
@@ -22,6 +23,9 @@ DEFAULT_VECTOR_FLOOR = 0.2
 # Chunks per write transaction of a worker: the lock is held for milliseconds at any
 # document size, while a small document still costs a single transaction.
 DEFAULT_CHUNK_BATCH = 500
+# A chunk holds at least a few sentences beside its overlap, and at most what an
+# embedding model reads at once.
+MIN_CHUNK_CHARS, MAX_CHUNK_CHARS = 2 * OVERLAP_CHARS + 100, 8000
 # How long a long-running command (`work --loop`, `events --follow`, `relay`, `status
 # --wait`) keeps reconnecting to a database server it lost before it gives up (exit 1).
 DEFAULT_RECONNECT_SECONDS = 60.0
@@ -40,6 +44,9 @@ class Settings:
     vector_floor: float = DEFAULT_VECTOR_FLOOR
     limits: ParseLimits = field(default_factory=ParseLimits)
     chunk_batch: int = DEFAULT_CHUNK_BATCH
+    # The size chunks are packed to (KB_CHUNK_CHARS); part of a kept parse's key, so a
+    # change makes `kb reparse` (and any new attempt) chunk again.
+    chunk_chars: int = TARGET_CHARS
     rerank: RerankSettings = field(default_factory=RerankSettings)
     # How much the meaning ranking counts in hybrid search, for every query; None: the
     # embedding provider's own measured weights (kb_cli/embeddings).
@@ -138,11 +145,21 @@ def resolve_settings(
         vector_floor=_env_number("KB_VECTOR_FLOOR", DEFAULT_VECTOR_FLOOR),
         limits=_parse_limits(),
         chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
+        chunk_chars=_chunk_chars(),
         rerank=_rerank_settings(),
         vector_weight=_optional_number("KB_VECTOR_WEIGHT"),
         wake=_wake(),
         reconnect_seconds=_env_number("KB_RECONNECT_SECONDS", DEFAULT_RECONNECT_SECONDS),
     )
+
+
+def _chunk_chars() -> int:
+    chars = int(_env_number("KB_CHUNK_CHARS", TARGET_CHARS, int))
+    if not MIN_CHUNK_CHARS <= chars <= MAX_CHUNK_CHARS:
+        raise UsageError(
+            f"KB_CHUNK_CHARS must be between {MIN_CHUNK_CHARS} and {MAX_CHUNK_CHARS}; got {chars}"
+        )
+    return chars
 
 
 def _wake() -> bool:

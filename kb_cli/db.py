@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 from kb_cli import engines
 from kb_cli.errors import (
+    AlreadyExists,
     BusyError,
     DatabaseUnavailable,
     InternalError,
@@ -281,6 +282,10 @@ class Database:
             name = type(error).__name__
             if self.engine.is_lock_error(error):
                 raise BusyError(BUSY_MESSAGE) from error
+            if self.engine.is_unique_violation(error):
+                raise AlreadyExists(
+                    "it already exists: another command made it meanwhile; read it and run again"
+                ) from error
             if self.engine.is_connection_error(error):
                 raise DatabaseUnavailable(
                     f"lost the connection to the database server ({name}); "

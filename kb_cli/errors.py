@@ -121,11 +121,20 @@ class CallerRevoked(ForbiddenError):
     is_refusal = True
 
 
+class AlreadyExists(ConflictError):
+    """A unique index of the database refused a row: another command made it first
+    (for documents: one per base and metadata `path`)."""
+
+
 class InvalidInputError(KbError):
     """Unsupported, unreadable or oversized input."""
 
     exit_code = 6
     code = "invalid_input"
+
+
+class SyncIncomplete(InvalidInputError):
+    """`kb sync` went through every path, and some failed (their records say why)."""
 
 
 class ObjectTooLarge(InvalidInputError):

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kb_cli.metadata import MetaFilter
+
 
 class Role(StrEnum):
     VIEWER = "viewer"
@@ -55,10 +57,12 @@ class Rule:
 
 @dataclass(frozen=True)
 class Scope:
-    """Which bases a read may see: `reader` None means every base; `base` narrows to one."""
+    """Which bases a read may see: `reader` None means every base; `base` narrows to one;
+    `where` keeps the documents whose metadata matches every filter (`--where`)."""
 
     reader: str | None = None
     base: str | None = None
+    where: tuple[MetaFilter, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict, Unpack
 
 from kb_cli.db import Connection, RawRow
-from kb_cli.engines import EVENTS_CHANNEL, escape_like
+from kb_cli.engines import EVENTS_CHANNEL, Engine, escape_like
 from kb_cli.errors import NotFoundError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, TaskStatus
 from kb_cli.permissions import Scope
@@ -59,10 +59,14 @@ _READABLE = f"""{{column}} IN (SELECT rb.name FROM {BASES} AS rb
                       WHERE rg.base = rb.name AND rg.user_name = :_reader))"""
 
 
-def scope_filter(scope: Scope, column: str = "d.base") -> tuple[str, dict[str, Any]]:
+def scope_filter(
+    scope: Scope, column: str = "d.base", engine: Engine | None = None
+) -> tuple[str, dict[str, Any]]:
     """A condition on `column` (a base name) limiting rows to the scope, and its
     parameters; ("", {}) when the scope is every base. Goes inside the statement that
-    reads the rows, so nothing outside the scope is ever counted, ranked or returned."""
+    reads the rows, so nothing outside the scope is ever counted, ranked or returned.
+    A scope with metadata filters (`where`) is for statements over documents `d`, on
+    the `engine` that reads them."""
     clauses, params = [], {}
     if scope.reader is not None:
         clauses.append(_READABLE.format(column=column))
@@ -70,6 +74,13 @@ def scope_filter(scope: Scope, column: str = "d.base") -> tuple[str, dict[str, A
     if scope.base is not None:
         clauses.append(f"{column} = :_base")
         params["_base"] = scope.base
+    for index, condition in enumerate(scope.where):
+        assert engine is not None and column == "d.base", "metadata filters need documents d"
+        clause, values = engine.meta_condition(
+            "d.meta", f"_where{index}", condition.key, condition.value, condition.prefix
+        )
+        clauses.append(clause)
+        params.update(values)
     return " AND ".join(clauses), params
 
 
@@ -141,7 +152,7 @@ def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[
     else:
         column, source = "t.id", f"{TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id"
         alive = f"(d.status IS NULL OR {_NOT_DELETING})"
-    scoped, params = scope_filter(scope)
+    scoped, params = scope_filter(scope, engine=conn.engine)
     if len(ref) >= MIN_PREFIX:
         match, params["ref"] = f"{column} LIKE :ref ESCAPE '\\'", escape_like(ref) + "%"
     else:
@@ -153,7 +164,7 @@ def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[
 
 def documents_named(conn: Connection, filename: str, scope: Scope) -> list[str]:
     """Up to two ids of documents in `scope` whose file is named `filename`."""
-    scoped, params = scope_filter(scope)
+    scoped, params = scope_filter(scope, engine=conn.engine)
     params["filename"] = filename
     where = _where(["d.filename = :filename", _NOT_DELETING, scoped])
     ids: list[str] = conn.execute(
@@ -176,7 +187,7 @@ def list_documents(
         "t.error_code = :error_code": error_code,
         "d.id = :id": document_id,
     }
-    scoped, scope_params = scope_filter(scope)
+    scoped, scope_params = scope_filter(scope, engine=conn.engine)
     clauses = [condition for condition, value in conditions.items() if value]
     clauses += [_NOT_DELETING, scoped]
     sql = (
@@ -186,6 +197,17 @@ def list_documents(
     )
     params = {"status": status, "error_code": error_code, "id": document_id, **scope_params}
     return [DocumentRecord.from_listing(row) for row in conn.execute(sql, params)]
+
+
+def documents_with_paths(conn: Connection, base: str) -> list[DocumentRow]:
+    """The live documents of `base` that have a metadata `path` (what `kb sync` matches
+    files to)."""
+    path = conn.engine.META_PATH.format(column="d.meta")
+    sql = (
+        f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS} AS d"
+        f" WHERE d.base = :base AND {path} IS NOT NULL AND {_NOT_DELETING}"
+    )
+    return [DocumentRow._make(row) for row in conn.execute(sql, {"base": base})]
 
 
 _TASK_ROW_OF_T = ", ".join(f"t.{column}" for column in TaskRow._fields)
@@ -204,7 +226,7 @@ def latest_tasks(conn: Connection) -> dict[str, TaskRow]:
 def failed_task_ids(
     conn: Connection, error_code: str | None = None, scope: Scope = Scope()
 ) -> list[str]:
-    scoped, params = scope_filter(scope)
+    scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = [f"t.status = '{TaskStatus.FAILED}'", scoped]
     if error_code:
         clauses.append("t.error_code = :error_code")
@@ -302,6 +324,7 @@ class DocumentInsert(TypedDict):
     latest_task_id: str | None
     created_at: str
     updated_at: str
+    meta: str  # JSON text (kb_cli/metadata.py); PostgreSQL casts it to jsonb
 
 
 class TaskInsert(TypedDict):
@@ -541,7 +564,7 @@ def delete_grant(conn: Connection, base: str, user: str) -> bool:
 
 
 def base_exists(conn: Connection, name: str, scope: Scope = Scope()) -> bool:
-    scoped, params = scope_filter(scope, "b.name")
+    scoped, params = scope_filter(Scope(scope.reader, scope.base), "b.name")
     sql = f"SELECT 1 FROM {BASES} AS b{_where(['b.name = :name', scoped])}"
     return conn.execute(sql, {**params, "name": name}).first() is not None
 
@@ -879,6 +902,7 @@ class DocumentChanges(TypedDict, total=False):
     rejected_revision: int | None
     rejected_reason: str | None
     archived_revision: int | None
+    meta: str  # JSON text (kb_cli/metadata.py)
 
 
 class DocumentUpdate(DocumentChanges, total=False):
@@ -1190,14 +1214,14 @@ def lexical_ranking(
     """(chunk id, BM25 score) of published chunks in `scope`, best first (per engine):
     the scope is a condition of the ranking statement itself, so chunks outside it never
     take a place in the top `limit`."""
-    scoped, scope_params = scope_filter(scope)
+    scoped, scope_params = scope_filter(scope, engine=conn.engine)
     return conn.engine.lexical_ranking(conn, terms, phrases, limit, scoped, scope_params)
 
 
 def phrase_chunk_ids(conn: Connection, phrases: list[str], scope: Scope) -> set[int]:
     """Published chunks in `scope` containing every phrase (ASCII case-insensitive)."""
     names = [f"p{i}" for i in range(len(phrases))]
-    scoped, params = scope_filter(scope)
+    scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = [conn.engine.caseless_like("c.text", name) for name in names] + [scoped]
     params |= {name: "%" + escape_like(p) + "%" for name, p in zip(names, phrases, strict=True)}
     return set(conn.execute(f"SELECT c.id {_PUBLISHED_CHUNKS}{_where(clauses)}", params).scalars())
@@ -1207,7 +1231,7 @@ def published_vectors(
     conn: Connection, model: str, dim: int, scope: Scope
 ) -> tuple[list[int], list[bytes]]:
     """Ids and stored vectors of the published chunks in `scope` embedded by `model`."""
-    scoped, params = scope_filter(scope)
+    scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = ["c.embedding_model = :model", "c.embedding_dim = :dim", scoped]
     sql = f"SELECT c.id, c.embedding {_PUBLISHED_CHUNKS}{_where(clauses)}"
     rows = conn.execute(sql, {**params, "model": model, "dim": dim}).all()
@@ -1215,7 +1239,7 @@ def published_vectors(
 
 
 def has_published_vectors(conn: Connection, model: str, scope: Scope) -> bool:
-    scoped, params = scope_filter(scope)
+    scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = ["c.embedding_model = :model", scoped]
     sql = f"SELECT 1 {_PUBLISHED_CHUNKS}{_where(clauses)} LIMIT 1"
     return conn.execute(sql, {**params, "model": model}).first() is not None

@@ -33,6 +33,17 @@ class DocumentRow(NamedTuple):
     archived_revision: int | None
     created_at: str
     updated_at: str
+    meta: Any  # JSON text on SQLite, a dict on PostgreSQL: read it with meta_of
+
+
+def meta_of(value: Any) -> dict[str, str]:
+    """A `meta` column as a dict, whichever engine read it."""
+    if isinstance(value, str):
+        import json
+
+        loaded: dict[str, str] = json.loads(value)
+        return loaded
+    return dict(value or {})
 
 
 class TaskRow(NamedTuple):
@@ -172,6 +183,8 @@ class DocumentRecord:
     # Set by `kb unpublish` (the revision it stopped serving) and `kb reject` (why).
     archived_revision: int | None
     rejected_reason: str | None
+    # Metadata (`kb upload --meta`, `kb sync`): string keys and values, {} when none.
+    meta: dict[str, str]
     latest_task: TaskRecord | None
     # One document's record only: the served revision's file when it is not `filename`
     # (a replace not yet published), as {"filename", "content_type"}; else left out.
@@ -183,8 +196,9 @@ class DocumentRecord:
         (all NULL when it has none)."""
         split = len(DOCUMENT_COLUMNS)
         task = TaskRecord(*values[split:]) if values[split] is not None else None
-        # Positional for speed: LISTING_COLUMNS start with exactly the document's fields.
-        return cls(*values[:split], task)  # type: ignore[call-arg]
+        # Positional for speed: LISTING_COLUMNS start with exactly the document's fields,
+        # `meta` last.
+        return cls(*values[: split - 1], meta_of(values[split - 1]), task)  # type: ignore[call-arg]
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
@@ -228,6 +242,7 @@ DOCUMENT_COLUMNS = (
     "updated_at",
     "archived_revision",
     "rejected_reason",
+    "meta",
 )
 # Task columns get their own names: psycopg's rows refuse a second `id` or `status`.
 LISTING_COLUMNS = tuple(f"d.{column}" for column in DOCUMENT_COLUMNS) + tuple(

@@ -17,7 +17,17 @@ from typing import Annotated
 import typer
 
 from kb_cli import __version__, console
-from kb_cli.cli import answers, bases, boundary, documents, events, maintenance, tasks, users
+from kb_cli.cli import (
+    answers,
+    bases,
+    boundary,
+    documents,
+    events,
+    maintenance,
+    sync,
+    tasks,
+    users,
+)
 from kb_cli.cli.shared import HELP_SETTINGS, Globals, Invocation
 
 __all__ = ["app", "main"]
@@ -99,6 +109,8 @@ app.command()(documents.publish)
 app.command()(documents.reject)
 app.command()(documents.unpublish)
 app.command()(documents.delete)
+app.command()(sync.sync)
+app.command()(sync.reparse)
 app.command()(answers.search)
 app.command("eval")(answers.eval_command)
 app.command()(maintenance.reindex)

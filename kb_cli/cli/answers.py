@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import BaseOption, JsonFlag, finite_number, open_kb
+from kb_cli.cli.shared import BaseOption, JsonFlag, WhereOption, finite_number, open_kb
 from kb_cli.permissions import READERS, Rule, Target
 from kb_cli.ranking import SearchMode
 
@@ -50,18 +50,21 @@ def search(
         ),
     ] = 0,
     base: BaseOption = None,
+    where: WhereOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Search published documents, best hit first. Questions are ranked, not filtered.
 
     Examples: kb search "How do I reset my VPN password?"; kb search 出差报销 --per-document;
-    kb search "invoice retention" --context 1 --json
+    kb search "invoice retention" --context 1 --json; kb search "on-call" --where path^=runbooks/
     """
+    from kb_cli import metadata
     from kb_cli.services import search as search_service
 
+    filters = metadata.parse_where(where or [])
     kb = open_kb(ctx, SEARCH, base)
     result = search_service.search(
-        kb, query, limit, mode and mode.value, per_document, base, context
+        kb, query, limit, mode and mode.value, per_document, base, context, filters
     )
     console.print_search(result, json_out)
 

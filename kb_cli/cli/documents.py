@@ -66,16 +66,28 @@ def upload(
             "(uploading a folder again stores only what is new).",
         ),
     ] = False,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta",
+            metavar="KEY=VALUE",
+            help="Metadata to store on each document (repeatable; see `kb search --where`).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Upload files as draft documents.
 
     Every file is checked before any is stored: one unsupported file stores nothing.
 
-    Example: kb upload report.pdf notes.md --submit --base engineering
+    Examples: kb upload report.pdf notes.md --submit --base engineering;
+    kb upload q3.pdf --meta team=finance --meta year=2026
     """
+    from kb_cli import metadata
     from kb_cli.services import documents
 
+    pairs = metadata.parse_pairs(meta or [])
     if replace is not None:
         if len(files) != 1 or submit or base is not None:
             raise UsageError(
@@ -83,7 +95,7 @@ def upload(
                 "submit or retry afterwards"
             )
         kb, grant = open_granted(ctx, REPLACE, replace)
-        replaced = documents.replace(kb, files[0], grant.full_id)
+        replaced = documents.replace(kb, files[0], grant.full_id, pairs)
         if replaced.renamed:
             console.warn(f"the new file differs in name or type: {replaced.renamed}")
         records: list[Any] = [replaced.record]
@@ -92,7 +104,12 @@ def upload(
         documents.check_files(files, settings_of(ctx).max_upload_bytes)
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE, create=True)
         uploaded = documents.upload(
-            kb, files, submit=submit, base=base or DEFAULT_BASE, skip_existing=skip_existing
+            kb,
+            files,
+            submit=submit,
+            base=base or DEFAULT_BASE,
+            meta=pairs,
+            skip_existing=skip_existing,
         )
         console.warn_duplicates(uploaded.duplicates)
         console.note_skipped(uploaded.skipped)

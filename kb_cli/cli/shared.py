@@ -79,7 +79,7 @@ def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: b
     """Connect, then run the guard: the command's rule (the roles it needs, the base of
     what it names) against the caller's token. The context returned acts as the caller
     the guard established. Only the commands that put something in a knowledge base
-    (upload, `user add`, `base create`) pass `create=True`; every other one is refused
+    (upload, sync, `user add`, `base create`) pass `create=True`; every other one is refused
     where there is none, and creates nothing."""
     return open_granted(ctx, rule, target, create)[0]
 
@@ -157,4 +157,15 @@ BaseOption = Annotated[
 TeamOption = Annotated[
     list[str] | None,
     typer.Option("--team", metavar="TEAM", help="A team (repeat for several).", show_default=False),
+]
+
+WhereOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        metavar="KEY=VALUE",
+        help="Only documents whose metadata KEY equals VALUE (KEY^=PREFIX: starts with "
+        "PREFIX); repeat to require several.",
+        show_default=False,
+    ),
 ]

@@ -12,6 +12,7 @@ import typer
 from kb_cli import console
 from kb_cli.cli.shared import (
     JsonFlag,
+    WhereOption,
     finite_number,
     open_granted,
     open_kb,
@@ -89,19 +90,22 @@ def status(
             show_default=False,
         ),
     ] = None,
+    where: WhereOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Show a task, a document, or every document (newest first).
 
     Examples: kb status; kb status 3f2a9c --wait --timeout 60; kb status --status failed
     """
+    from kb_cli import metadata
     from kb_cli.services import documents, tasks
 
+    filters = metadata.parse_where(where or [])
     if entity_id is None:
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
         kb = open_kb(ctx, STATUS)
-        records = documents.list_document_records(kb, status_filter, error_code)
+        records = documents.list_document_records(kb, status_filter, error_code, filters)
         shown = records[:limit] if limit else records
         if json_out:
             console.print_records(shown, True)
@@ -109,8 +113,10 @@ def status(
             footer = kb.settings.embeddings.describe()
             console.print_document_table(shown, footer=footer, of=len(records))
         return
-    if status_filter or error_code or limit:
-        raise UsageError("--status, --error-code and --limit filter the list; give no id with them")
+    if status_filter or error_code or limit or filters:
+        raise UsageError(
+            "--status, --error-code, --where and --limit filter the list; give no id with them"
+        )
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
     kb, grant = open_granted(ctx, STATUS, entity_id, create=False)

@@ -41,6 +41,13 @@ from kb_cli.console.events import RelayLog, event_line, print_event
 from kb_cli.console.history import audit_line
 from kb_cli.console.renderers import print_records
 from kb_cli.console.stages import STAGES, LiveStages
+from kb_cli.console.sync import (
+    SyncProgress,
+    confirm_reparse,
+    print_reparse,
+    print_sync_record,
+    print_sync_summary,
+)
 from kb_cli.console.tasks import (
     WIDE,
     confirm_deletion,
@@ -68,10 +75,12 @@ __all__ = [
     "PlainWorkerLog",
     "Progress",
     "RelayLog",
+    "SyncProgress",
     "WaitHint",
     "audit_line",
     "cell_len_of",
     "confirm_deletion",
+    "confirm_reparse",
     "document_line",
     "emit",
     "event_line",
@@ -90,7 +99,10 @@ __all__ = [
     "print_new_user",
     "print_records",
     "print_reindex",
+    "print_reparse",
     "print_search",
+    "print_sync_record",
+    "print_sync_summary",
     "print_upgrade",
     "print_users",
     "report_error",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import re
 import threading
 import time
@@ -38,6 +39,8 @@ SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 COUNT_TABLES = (
     "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
 )
+# The expression of the unique index ux_documents_path (migration 0012).
+META_PATH = "({column} ->> 'path')"
 VERSION_TABLE_EXISTS = "SELECT to_regclass('kb_schema_version') IS NOT NULL"
 _MIGRATION_LOCK = 4_710_001  # any constant: one migrating process at a time
 
@@ -208,6 +211,10 @@ def is_lock_error(error: BaseException) -> bool:
     return state in ("55P03", "40P01") or "lock timeout" in str(error).lower()
 
 
+def is_unique_violation(error: BaseException) -> bool:
+    return getattr(error, "sqlstate", None) == "23505"
+
+
 def is_connection_error(error: BaseException) -> bool:
     """The connection is gone (not a query that failed on a live one): the client lost
     it (no SQLSTATE), or the server says so (class 08, or an admin shutdown 57P0x)."""
@@ -259,6 +266,17 @@ def sqlalchemy_engine(url: str, busy_timeout_seconds: float) -> Engine:
 
 def lock_for_migration(conn: SAConnection) -> None:
     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+
+
+def meta_condition(
+    column: str, name: str, key: str, value: str, prefix: bool
+) -> tuple[str, dict[str, Any]]:
+    """Equality is jsonb containment, which the GIN index ix_documents_meta (migration
+    0012) answers; a prefix reads the key's text."""
+    if prefix:
+        params = {f"{name}_key": key, f"{name}_value": value}
+        return f"starts_with({column} ->> :{name}_key, :{name}_value)", params
+    return f"{column} @> CAST(:{name} AS jsonb)", {name: json.dumps({key: value})}
 
 
 def caseless_like(column: str, parameter: str) -> str:

@@ -31,6 +31,8 @@ WAL_CHECKPOINT_PAGES = 10_000
 LOCK_ROW = ""  # BEGIN IMMEDIATE already excludes every other writer
 SKIP_LOCKED = ""
 COUNT_TABLES = "SELECT count(*) FROM sqlite_master"
+# The expression of the unique index ux_documents_path (migration 0012).
+META_PATH = "json_extract({column}, '$.path')"
 VERSION_TABLE_EXISTS = (
     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'kb_schema_version'"
 )
@@ -203,6 +205,10 @@ def _row_maker(names: tuple[str, ...]):
 def is_lock_error(error: BaseException) -> bool:
     text = str(error).lower()
     return any(sign in text for sign in ("database is locked", "table is locked", "is busy"))
+
+
+def is_unique_violation(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.IntegrityError) and "UNIQUE constraint" in str(error)
 
 
 def is_connection_error(error: BaseException) -> bool:
@@ -384,3 +390,15 @@ def _stems(conn, terms: list[str]) -> list[str]:
 def caseless_like(column: str, parameter: str) -> str:
     """LIKE is case-insensitive for ASCII in SQLite; the pattern is escape_like'd."""
     return f"{column} LIKE :{parameter} ESCAPE '\\'"
+
+
+def meta_condition(
+    column: str, name: str, key: str, value: str, prefix: bool
+) -> tuple[str, dict[str, Any]]:
+    """Metadata is JSON text here; the key is quoted in the JSON path, as keys may hold
+    dots. A prefix compares the leading characters (LIKE would ignore case)."""
+    extracted = f"json_extract({column}, :{name}_key)"
+    params = {f"{name}_key": f'$."{key}"', f"{name}_value": value}
+    if prefix:
+        return f"substr({extracted}, 1, length(:{name}_value)) = :{name}_value", params
+    return f"{extracted} = :{name}_value", params

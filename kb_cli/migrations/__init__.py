@@ -25,6 +25,7 @@ REVISIONS = (
     "0009_stage_artefacts",
     "0010_events",
     "0011_revision_files",
+    "0012_document_meta",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

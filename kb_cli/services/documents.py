@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -10,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kb_cli import queries
+from kb_cli import metadata, queries
 from kb_cli.app import Kb, check_store_owner, require_base
 from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import (
+    AlreadyExists,
     ConflictError,
     InvalidInputError,
     NotFoundError,
@@ -32,7 +34,8 @@ from kb_cli.lifecycle import (
 )
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
-from kb_cli.records import DocumentRecord, DocumentRow, TaskRecord
+from kb_cli.queries import AuditEvent
+from kb_cli.records import DocumentRecord, DocumentRow, TaskRecord, meta_of
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document, task_event_data
 
@@ -65,28 +68,41 @@ def upload(
     submit: bool = False,
     base: str = DEFAULT_BASE,
     skip_existing: bool = False,
+    meta: dict[str, str] | None = None,
 ) -> Uploaded:
-    """Store each file as a draft document of `base` (and submit it); all or nothing.
-    `skip_existing`: a file whose content a document of `base` (or an earlier file of
-    this upload) already has is left out, not stored again."""
+    """Store each file as a draft document of `base` (and submit it), each with the
+    metadata `meta`; all or nothing. `skip_existing`: a file whose content a document
+    of `base` (or an earlier file of this upload) already has is left out, not stored
+    again."""
     if not paths:
         raise UsageError("give at least one file to upload")
+    meta = metadata.checked(meta or {})
+    if metadata.PATH in meta and len(paths) > 1:
+        raise UsageError(
+            f"metadata {metadata.PATH!r} names one document of a base: upload one file with it"
+        )
     uploads = check_files(paths, kb.settings.max_upload_bytes)
-    owner = _claimed_store(kb)
+    owner = claimed_store(kb)
     stored = _store_all(kb, uploads)
     skipped: list[Duplicate] = []
     kept = stored
     try:
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
-            _own_store(conn, kb, owner)
+            own_store(conn, kb, owner)
             if skip_existing:
                 uploads, kept, skipped = _without_existing(conn, base, uploads, stored)
             # A stamp per document, so that `kb status` (newest first) and the queue
             # keep the order of the files named.
             inserted = [
                 _Inserted(
-                    _insert_document(conn, kb.actor.name, base, up, obj, kb.timestamp()),
+                    insert_document(
+                        conn,
+                        kb.actor.name,
+                        base,
+                        NewDocument(up.filename, up.kind.content_type, obj, meta),
+                        kb.timestamp(),
+                    ),
                     up.filename,
                     obj,
                 )
@@ -100,6 +116,13 @@ def upload(
                 ]
             else:
                 records = [document_record(conn, new.document_id) for new in inserted]
+    except AlreadyExists as taken:
+        for obj in stored:
+            kb.store.delete(obj.key)
+        raise AlreadyExists(
+            f"a document of base {base!r} already has path {meta.get(metadata.PATH)!r}: "
+            "replace its file instead (kb upload FILE --replace ID)"
+        ) from taken
     except BaseException:
         for obj in stored:
             kb.store.delete(obj.key)
@@ -192,51 +215,39 @@ class Replaced:
     renamed: str | None
 
 
-def replace_file(kb: Kb, path: Path, document_id: str) -> DocumentRecord:
+def replace_file(
+    kb: Kb, path: Path, document_id: str, meta: dict[str, str] | None = None
+) -> DocumentRecord:
     """`replace`'s record alone."""
-    return replace(kb, path, document_id).record
+    return replace(kb, path, document_id, meta).record
 
 
-def replace(kb: Kb, path: Path, document_id: str) -> Replaced:
-    """Give a draft, failed or published document a new source file and revision."""
+def replace(kb: Kb, path: Path, document_id: str, meta: dict[str, str] | None = None) -> Replaced:
+    """Give a draft, failed or published document a new source file and revision (and
+    set the metadata keys of `meta`)."""
     [upload] = check_files([path], kb.settings.max_upload_bytes)
+    meta = metadata.checked(meta or {})
     with kb.db.read() as conn:
         require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
-    owner = _claimed_store(kb)
+    owner = claimed_store(kb)
     [obj] = _store_all(kb, [upload])
     try:
         with kb.db.write() as conn:
             document = queries.existing_document(conn, document_id, lock=True)
-            require_status(document, REPLACEABLE, "replace")
-            _own_store(conn, kb, owner)
-            renamed = _renamed(document, upload)
-            revision = document.revision + 1
-            # A published (or unpublished) document goes back to draft; draft and failed
-            # keep their status so that `retry` reprocesses a failed document's new file.
-            served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
-            new_status = DocStatus.DRAFT if document.status in served else document.status
-            now = kb.timestamp()
-            move_document(
+            own_store(conn, kb, owner)
+            renamed = replace_revision(
                 conn,
+                kb.actor.name,
                 document,
-                DocStatus(new_status),
-                actor=kb.actor.name,
-                action="replace",
-                required=True,
-                detail=f"revision {revision}" + (f": {renamed}" if renamed else ""),
-                filename=upload.filename,
-                content_type=upload.kind.content_type,
-                size_bytes=obj.size_bytes,
-                sha256=obj.sha256,
-                object_key=obj.key,
-                revision=revision,
-                updated_at=now,
+                NewDocument(upload.filename, upload.kind.content_type, obj, meta),
+                kb.timestamp(),
             )
-            queries.insert_revision_file(
-                conn, document_id, revision, upload.filename, upload.kind.content_type, now
-            )
-            queries.delete_artefacts(conn, document_id)  # parses of the superseded file
             record = document_record(conn, document_id)
+    except AlreadyExists as taken:
+        kb.store.delete(obj.key)
+        raise AlreadyExists(
+            f"another document of its base already has path {meta.get(metadata.PATH)!r}"
+        ) from taken
     except BaseException:
         kb.store.delete(obj.key)
         raise
@@ -245,13 +256,53 @@ def replace(kb: Kb, path: Path, document_id: str) -> Replaced:
     return Replaced(record, renamed)
 
 
-def _renamed(document: DocumentRow, upload: _Upload) -> str | None:
+def _renamed(document: DocumentRow, new_file: NewDocument) -> str | None:
     """The old and new file, when the new one has another name or type."""
     old = (document.filename, document.content_type)
-    new = (upload.filename, upload.kind.content_type)
+    new = (new_file.filename, new_file.content_type)
     if old == new:
         return None
     return f"{old[0]} ({old[1]}) -> {new[0]} ({new[1]})"
+
+
+def replace_revision(
+    conn: Connection, actor: str, document: DocumentRow, new: NewDocument, now: str
+) -> str | None:
+    """In `conn`: the document's next revision is the stored file of `new`, its metadata
+    keys updated with `new.meta`; its old object is the caller's to delete after commit.
+    A conflict unless the document is draft, failed, published or unpublished. Returns
+    the old and new file when the new one has another name or type (_renamed)."""
+    require_status(document, REPLACEABLE, "replace")
+    renamed = _renamed(document, new)
+    revision = document.revision + 1
+    # A published (or unpublished) document goes back to draft; draft and failed
+    # keep their status so that `retry` reprocesses a failed document's new file.
+    served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
+    new_status = DocStatus.DRAFT if document.status in served else document.status
+    merged = metadata.checked({**meta_of(document.meta), **new.meta})
+    obj = new.stored
+    move_document(
+        conn,
+        document,
+        DocStatus(new_status),
+        actor=actor,
+        action="replace",
+        required=True,
+        detail=f"revision {revision}" + (f": {renamed}" if renamed else ""),
+        filename=new.filename,
+        content_type=new.content_type,
+        size_bytes=obj.size_bytes,
+        sha256=obj.sha256,
+        object_key=obj.key,
+        revision=revision,
+        updated_at=now,
+        meta=json.dumps(merged, ensure_ascii=False, sort_keys=True),
+    )
+    queries.insert_revision_file(conn, document.id, revision, new.filename, new.content_type, now)
+    if new.meta:
+        queries.insert_audit_events(conn, [meta_event(actor, document.id, new.meta, now)])
+    queries.delete_artefacts(conn, document.id)  # parses of the superseded file
+    return renamed
 
 
 def submit_document(kb: Kb, document_id: str) -> TaskRecord:
@@ -325,10 +376,14 @@ def document_record(conn: Connection, document_id: str) -> DocumentRecord:
 
 
 def list_document_records(
-    kb: Kb, status: str | None = None, error_code: str | None = None
+    kb: Kb,
+    status: str | None = None,
+    error_code: str | None = None,
+    where: tuple[metadata.MetaFilter, ...] = (),
 ) -> list[DocumentRecord]:
+    scope = dataclasses.replace(kb.scope, where=where)
     with kb.db.read() as conn:
-        return queries.list_documents(conn, status, error_code, scope=kb.scope)
+        return queries.list_documents(conn, status, error_code, scope=scope)
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -384,7 +439,7 @@ def _shown(path: Path | str) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
-def _claimed_store(kb: Kb) -> str | None:
+def claimed_store(kb: Kb) -> str | None:
     """The database the store names as its owner; a store that names none yet (the
     first upload) is claimed for this one. Read before any write transaction."""
     owner = kb.store.owner(writing=True)
@@ -396,7 +451,7 @@ def _claimed_store(kb: Kb) -> str | None:
     return owner
 
 
-def _own_store(conn: Connection, kb: Kb, owner: str | None) -> None:
+def own_store(conn: Connection, kb: Kb, owner: str | None) -> None:
     """In an upload's write: refuse a store of another knowledge base (its objects are
     then deleted with the rest), and record where this knowledge base's store is."""
     check_store_owner(conn, kb, owner)
@@ -423,16 +478,27 @@ def _store_all(kb: Kb, uploads: list[_Upload]) -> list[StoredObject]:
     return stored
 
 
-def _insert_document(
-    conn: Connection, actor: str, base: str, upload: _Upload, obj: StoredObject, now: str
-) -> str:
+@dataclass(frozen=True)
+class NewDocument:
+    """What a new document row is made of: its file as stored, and its metadata."""
+
+    filename: str
+    content_type: str
+    stored: StoredObject
+    meta: dict[str, str]
+
+
+def insert_document(conn: Connection, actor: str, base: str, new: NewDocument, now: str) -> str:
+    """A draft document row with its audit events, in `conn`: its id. AlreadyExists
+    when its metadata `path` is taken in `base` (the database's unique index)."""
     document_id = str(uuid.uuid4())
+    obj = new.stored
     queries.insert_document(
         conn,
         id=document_id,
         base=base,
-        filename=upload.filename,
-        content_type=upload.kind.content_type,
+        filename=new.filename,
+        content_type=new.content_type,
         size_bytes=obj.size_bytes,
         sha256=obj.sha256,
         object_key=obj.key,
@@ -443,15 +509,21 @@ def _insert_document(
         latest_task_id=None,
         created_at=now,
         updated_at=now,
+        meta=json.dumps(new.meta, ensure_ascii=False, sort_keys=True),
     )
-    queries.insert_revision_file(
-        conn, document_id, 1, upload.filename, upload.kind.content_type, now
-    )
-    queries.insert_audit_events(
-        conn,
-        [audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, upload.filename, at=now)],
-    )
+    queries.insert_revision_file(conn, document_id, 1, new.filename, new.content_type, now)
+    events = [
+        audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, new.filename, at=now)
+    ]
+    if new.meta:
+        events.append(meta_event(actor, document_id, new.meta, now))
+    queries.insert_audit_events(conn, events)
     return document_id
+
+
+def meta_event(actor: str, document_id: str, meta: dict[str, str], now: str) -> AuditEvent:
+    """The audit event of a document's metadata being set: every key and value."""
+    return audit_event(actor, "meta", document_id, None, None, metadata.describe(meta), at=now)
 
 
 def _submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskRecord:
@@ -507,6 +579,8 @@ def _submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskRec
     queries.wake(conn, TASKS_CHANNEL)
     return TaskRecord.from_row(task, document.filename)
 
+
+submit_in = _submit  # for a service that submits inside its own transaction (kb sync)
 
 # What a person can do next with a document in each status, for refusals.
 NEXT_STEP = {

@@ -3,6 +3,7 @@ fused by Reciprocal Rank Fusion (hybrid, the default when the chunks have vector
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -11,6 +12,7 @@ from kb_cli.app import Kb, require_base
 from kb_cli.chunking import contextual_text, merge_passage
 from kb_cli.embeddings import from_blobs
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
+from kb_cli.metadata import MetaFilter
 from kb_cli.permissions import Scope
 from kb_cli.ranking import (
     Hit,
@@ -57,6 +59,7 @@ def search(
     per_document: bool = False,
     base: str | None = None,
     context: int = 0,
+    where: tuple[MetaFilter, ...] = (),
 ) -> SearchResult:
     """Ranks published chunks of the bases the caller may read (narrowed to `base`);
     the scope is part of every candidate query, so it is decided before any scoring.
@@ -80,7 +83,8 @@ def search(
         raise UsageError(f"--mode {mode} needs embeddings, which are off (KB_EMBEDDINGS=none)")
     depth = max(CANDIDATES, 3 * limit) * (3 if per_document else 1)
     result = SearchResult([], mode or "hybrid")
-    scope = kb.actor.scope(base)
+    # Metadata filters are part of the scope: every candidate query applies them.
+    scope = dataclasses.replace(kb.actor.scope(base), where=where)
     if len(query.terms) > MAX_QUERY_TERMS:
         result.warnings.append(
             f"the query has {len(query.terms)} distinct words; ranked by the first "

@@ -227,3 +227,6 @@ def _requeue(conn: Connection, actor: str, task_id: str, now: str) -> str:
     data = task_event_data(requeued)
     queries.insert_event(conn, EventType.TASK_QUEUED, document.id, task_id, data, now)
     return document.filename
+
+
+requeue_in = _requeue  # for a service that retries inside its own transaction (kb sync)

@@ -55,34 +55,7 @@ class S3ObjectStore:
 
     @functools.cached_property
     def _s3(self) -> S3Store:
-        try:
-            from obstore.store import S3Store
-        except ImportError:
-            raise UsageError(
-                "an s3:// object store needs the s3 extra: pip install 'kb-cli[s3]'"
-            ) from None
-        endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
-        key_id = os.environ.get("AWS_ACCESS_KEY_ID") or None
-        secret = os.environ.get("AWS_SECRET_ACCESS_KEY") or None
-        if (key_id is None) != (secret is None):
-            raise ObjectStoreMisconfigured(f"set both or neither of {CREDENTIALS}")
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        return S3Store(
-            self.location.bucket,
-            prefix=self.location.prefix or None,
-            endpoint=endpoint,
-            region=region or "us-east-1",
-            access_key_id=key_id,
-            secret_access_key=secret,
-            copy_if_not_exists="multipart",
-            client_options={
-                # Plain HTTP only when the endpoint asks for it (a local server).
-                "allow_http": bool(endpoint and endpoint.startswith("http://")),
-                "connect_timeout": CONNECT_TIMEOUT,
-                "timeout": REQUEST_TIMEOUT,
-            },
-            retry_config={"max_retries": RETRIES, "retry_timeout": RETRY_TIMEOUT},
-        )
+        return client(self.location)
 
     # --- writing --------------------------------------------------------------------
 
@@ -200,6 +173,39 @@ class S3ObjectStore:
         with _errors(self.location, writing):
             top = obstore.list_with_delimiter(self._s3)
         return layout.owner_of(meta["path"] for meta in top["objects"])
+
+
+def client(location: S3Location) -> S3Store:
+    """An obstore client of the bucket prefix, from the AWS_* variables (also what
+    `kb sync s3://...` lists and reads with)."""
+    try:
+        from obstore.store import S3Store
+    except ImportError:
+        raise UsageError(
+            "an s3:// object store needs the s3 extra: pip install 'kb-cli[s3]'"
+        ) from None
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    key_id = os.environ.get("AWS_ACCESS_KEY_ID") or None
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY") or None
+    if (key_id is None) != (secret is None):
+        raise ObjectStoreMisconfigured(f"set both or neither of {CREDENTIALS}")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return S3Store(
+        location.bucket,
+        prefix=location.prefix or None,
+        endpoint=endpoint,
+        region=region or "us-east-1",
+        access_key_id=key_id,
+        secret_access_key=secret,
+        copy_if_not_exists="multipart",
+        client_options={
+            # Plain HTTP only when the endpoint asks for it (a local server).
+            "allow_http": bool(endpoint and endpoint.startswith("http://")),
+            "connect_timeout": CONNECT_TIMEOUT,
+            "timeout": REQUEST_TIMEOUT,
+        },
+        retry_config={"max_retries": RETRIES, "retry_timeout": RETRY_TIMEOUT},
+    )
 
 
 def _path(key: str) -> str:

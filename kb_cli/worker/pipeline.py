@@ -119,7 +119,7 @@ class Pipeline:
             raise TaskFailure(
                 ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
             )
-        parser_key = artefacts.parser_key(document.content_type)
+        parser_key = artefacts.parser_key(document.content_type, self.kb.settings.chunk_chars)
         chunks = self.reuse(parser_key)
         if chunks is None:
             with self.download(document) as path:
@@ -212,7 +212,12 @@ class Pipeline:
                 limits,
                 checkpoint,
             )
-            chunks = chunk_blocks(blocks, max_chunks=limits.max_chunks, checkpoint=checkpoint)
+            chunks = chunk_blocks(
+                blocks,
+                self.kb.settings.chunk_chars,
+                max_chunks=limits.max_chunks,
+                checkpoint=checkpoint,
+            )
             scanned = {block.page for block in blocks if block.ocr}
             if scanned:
                 self.reporter.read_by_ocr(len(scanned))

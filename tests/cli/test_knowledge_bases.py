@@ -550,6 +550,8 @@ def test_every_command_runs_the_guard(invoke, tmp_path):
         "history": [some_id],
         "events": [],
         "relay": ["--webhook", "http://127.0.0.1:9/"],
+        "sync": [str(tmp_path)],
+        "reparse": [some_id],
         "demo": [],
         "user add": ["bob", "--role", "viewer"],
         "user list": [],

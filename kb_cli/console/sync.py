@@ -1,0 +1,99 @@
+"""`kb sync`: a line (or JSON) per path as it is decided, a summary, and on a terminal a
+live bar of files scanned, hashed and uploaded."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from kb_cli.console.core import emit, is_fancy, quoted, write_json
+
+
+class SyncProgress:
+    """Counts on stderr while a sync runs, on a terminal only."""
+
+    def __init__(self) -> None:
+        self._live = None
+        if is_fancy(sys.stderr):
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._live = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._live.start()
+            self._task = self._live.add_task("scanning", total=None)
+
+    def __call__(self, counters: Any) -> None:
+        if self._live is not None:
+            self._live.update(
+                self._task,
+                description=f"scanned {counters.scanned}  hashed {counters.hashed}  "
+                f"uploaded {counters.uploaded}",
+            )
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+def print_sync_record(record: Any, as_json: bool) -> None:
+    if as_json:
+        write_json(record)
+        return
+    line = f"{record.action} {quoted(record.path)}"
+    if record.document_id:
+        line += f" document={record.document_id}"
+    if record.reason:
+        line += f" reason={quoted(record.reason)}"
+    emit(line)
+
+
+def print_sync_summary(summary: Any, as_json: bool) -> None:
+    if as_json:
+        write_json(summary)
+        return
+    counts = " ".join(f"{action}={count}" for action, count in summary.counts.items())
+    verb = "would sync" if summary.dry_run else "synced"
+    emit(f"{verb} {quoted(summary.source)} into base {summary.base}: {counts}")
+
+
+def confirm_reparse(planned: list[Any]) -> bool:
+    """On a terminal, ask before queueing many documents again; elsewhere do not ask."""
+    from kb_cli.console.core import counted, log, visible
+
+    if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
+        return True
+    for item in planned[:10]:
+        log(f"  {item.document_id}  {visible(item.filename)}  ({item.status})")
+    if len(planned) > 10:
+        log(f"  ... and {len(planned) - 10} more")
+    sys.stderr.write(f"parse {counted(len(planned), 'document')} again as new revisions? [y/N] ")
+    sys.stderr.flush()
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        log("nothing queued")
+        return False
+    return True
+
+
+def print_reparse(items: list[Any], as_json: bool) -> None:
+    from kb_cli.console.core import log, visible
+
+    for item in items:
+        if as_json:
+            write_json(item)
+        elif item.queued:
+            emit(
+                f"queued {item.document_id} {visible(item.filename)} revision={item.revision} "
+                f"task={item.task_id}"
+            )
+        elif item.reason is None:
+            emit(f"would queue {item.document_id} {visible(item.filename)} ({item.status})")
+        else:
+            emit(f"left {item.document_id} {visible(item.filename)}: {item.reason}")
+    if not items:
+        log("kb: nothing to reparse")

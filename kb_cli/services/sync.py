@@ -1,0 +1,384 @@
+"""`kb sync SOURCE`: keep a base in step with a folder or a bucket prefix
+(docs/interface.md, "Syncing a folder or a bucket").
+
+A file is matched to the document of the base whose metadata `path` is its path
+relative to SOURCE; the database allows one live document per (base, path), so two
+syncs at once, or a sync run again after being killed, never make a second one. Each
+file costs its own short transactions; an unchanged one (same size and stamp as
+recorded, or the same content) costs none. Records stream out as the walk goes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kb_cli import metadata, queries
+from kb_cli.app import Kb, require_base
+from kb_cli.errors import AlreadyExists, ConflictError, UsageError
+from kb_cli.lifecycle import REPLACEABLE, DocStatus
+from kb_cli.parsers import FileKind
+from kb_cli.permissions import REVIEWERS
+from kb_cli.records import DocumentRow, meta_of
+from kb_cli.services import documents, removal, review, tasks
+from kb_cli.store import StoredObject
+from kb_cli.store.sources import FAILED, SKIPPED, Entry, Source, open_source
+
+ADDED, CHANGED, UNCHANGED, MISSING = "added", "changed", "unchanged", "missing"
+ACTIONS = (ADDED, CHANGED, UNCHANGED, MISSING, SKIPPED, FAILED)
+MISSING_CHOICES = ("keep", "unpublish", "delete")
+# The metadata keys a sync sets besides `path` and `source`: what the quick check compares.
+SIZE, STAMP = "source_size", "source_stamp"
+HASH_BLOCK = 1024 * 1024
+# A changed file becomes a new revision only of a document that is not being worked on.
+_REPLACEABLE = frozenset(str(status) for status in REPLACEABLE)
+
+
+@dataclass
+class SyncRecord:
+    path: str
+    action: str
+    document_id: str | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SyncSummary:
+    source: str
+    base: str
+    dry_run: bool
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ACTIONS, 0))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"source": self.source, "base": self.base, "dry_run": self.dry_run, **self.counts}
+
+
+@dataclass
+class SyncOptions:
+    base: str
+    missing: str = "keep"
+    dry_run: bool = False
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    checksum: bool = False
+
+
+@dataclass
+class Counters:
+    """Live progress: files scanned, hashed, uploaded."""
+
+    scanned: int = 0
+    hashed: int = 0
+    uploaded: int = 0
+
+
+def check_options(kb: Kb, options: SyncOptions) -> None:
+    """Everything that can be refused before SOURCE is read."""
+    if options.missing not in MISSING_CHOICES:
+        raise UsageError(f"--missing is one of: {', '.join(MISSING_CHOICES)}")
+    role = kb.actor.role
+    if options.missing == "unpublish" and role is not None and role not in REVIEWERS:
+        from kb_cli.errors import ForbiddenError
+
+        raise ForbiddenError(
+            "--missing unpublish needs a reviewer or admin (unpublishing is theirs); "
+            "use --missing keep"
+        )
+
+
+def sync(
+    kb: Kb,
+    location: str,
+    options: SyncOptions,
+    summary: SyncSummary,
+    progress: Callable[[Counters], None] | None = None,
+) -> Iterator[SyncRecord]:
+    """Each path's record, as it is decided; `summary` counts them."""
+    check_options(kb, options)
+    source = _source(location)
+    with kb.db.read() as conn:
+        require_base(conn, kb.scope, options.base)
+        known = {}
+        for row in queries.documents_with_paths(conn, options.base):
+            meta = meta_of(row.meta)
+            known[meta[metadata.PATH]] = _Known(row, meta)
+    run = _Run(kb, source, options, known, Counters(), progress)
+    for record in run.records():
+        summary.counts[record.action] += 1
+        yield record
+
+
+def _source(location: str) -> Source:
+    if not location.startswith("s3://"):
+        path = Path(location)
+        if not path.exists():
+            raise UsageError(f"no such folder: {location}")
+        if not path.is_dir():
+            raise UsageError(
+                f"not a folder: {location} (sync takes a folder or s3://BUCKET/PREFIX)"
+            )
+    return open_source(location)
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A document of the base with a path, and its metadata (parsed once)."""
+
+    row: DocumentRow
+    meta: dict[str, str]
+
+
+class _Run:
+    def __init__(
+        self,
+        kb: Kb,
+        source: Source,
+        options: SyncOptions,
+        known: dict[str, _Known],
+        counters: Counters,
+        progress: Callable[[Counters], None] | None,
+    ) -> None:
+        self.kb, self.source, self.options = kb, source, options
+        self.known, self.counters, self.progress = known, counters, progress
+        self.store_owner: str | None = None  # read (and claimed) before the first put
+        self.store_checked = False
+
+    def records(self) -> Iterator[SyncRecord]:
+        for entry in self.source.entries():
+            if not _taken(entry.path.rstrip("/"), self.options):
+                continue
+            self.counters.scanned += 1
+            record = self._one(entry)
+            self._report()
+            yield record
+        yield from self._missing()
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.counters)
+
+    def _one(self, entry: Entry) -> SyncRecord:
+        known = self.known.pop(entry.path, None)
+        document = known.row if known else None
+        document_id = document.id if document else None
+        if entry.problem is not None:
+            return SyncRecord(entry.path, entry.outcome, document_id, entry.problem)
+        bad_name = _bad_name(entry.path)
+        if bad_name:
+            return SyncRecord(_printable(entry.path), FAILED, document_id, bad_name)
+        if known is not None and not self.options.checksum and _same_stamp(known.meta, entry):
+            return SyncRecord(entry.path, UNCHANGED, known.row.id)
+        if entry.size > self.kb.settings.max_upload_bytes:
+            limit = self.kb.settings.max_upload_bytes
+            return SyncRecord(entry.path, FAILED, document_id, f"too large (limit {limit} bytes)")
+        try:
+            return self._read_and_store(entry, document)
+        except OSError as error:
+            reason = f"not readable: {error.strerror or type(error).__name__}"
+            return SyncRecord(entry.path, FAILED, document_id, reason)
+
+    def _read_and_store(self, entry: Entry, document: DocumentRow | None) -> SyncRecord:
+        document_id = document.id if document else None
+        with self.source.opened(entry) as (local, read):
+            kind, problem = _kind(local, entry.path)
+            if kind is None:
+                return SyncRecord(entry.path, SKIPPED, document_id, problem)
+            if document is not None:
+                self.counters.hashed += 1
+                if _sha256(local) == document.sha256:
+                    if not self.options.dry_run:
+                        self._restamp(document, read)
+                    return SyncRecord(entry.path, UNCHANGED, document.id, "same content")
+                if document.status not in _REPLACEABLE:
+                    return SyncRecord(entry.path, SKIPPED, document.id, _busy(document.status))
+            if self.options.dry_run:
+                return SyncRecord(entry.path, CHANGED if document else ADDED, document_id)
+            obj = self._put(local)
+            if obj.size_bytes != read.size or not self.source.unchanged_while_read(entry, read):
+                self.kb.store.delete(obj.key)
+                return SyncRecord(
+                    entry.path, FAILED, document_id, "changed while being read; sync again"
+                )
+            new = documents.NewDocument(
+                entry.path.rsplit("/", 1)[-1], kind.content_type, obj, self._meta(read)
+            )
+            if document is None:
+                return self._add(entry.path, new)
+            return self._change(entry.path, document, new)
+
+    def _put(self, local: Path) -> StoredObject:
+        if not self.store_checked:
+            self.store_owner, self.store_checked = documents.claimed_store(self.kb), True
+        with open(local, "rb") as data:
+            obj = self.kb.store.put(data, self.kb.settings.max_upload_bytes)
+        self.counters.uploaded += 1
+        return obj
+
+    def _meta(self, read: Entry) -> dict[str, str]:
+        return {
+            metadata.PATH: read.path,
+            metadata.SOURCE: self.source.name,
+            SIZE: str(read.size),
+            STAMP: read.stamp,
+        }
+
+    def _add(self, path: str, new: documents.NewDocument) -> SyncRecord:
+        kb = self.kb
+        try:
+            with kb.db.write() as conn:
+                documents.own_store(conn, kb, self.store_owner)
+                document_id = documents.insert_document(
+                    conn, kb.actor.name, self.options.base, new, kb.timestamp()
+                )
+                documents.submit_in(conn, kb.actor.name, document_id, kb.timestamp())
+        except AlreadyExists:
+            kb.store.delete(new.stored.key)
+            return SyncRecord(path, SKIPPED, None, "another command added this path meanwhile")
+        except BaseException:
+            kb.store.delete(new.stored.key)
+            raise
+        return SyncRecord(path, ADDED, document_id)
+
+    def _change(self, path: str, document: DocumentRow, new: documents.NewDocument) -> SyncRecord:
+        kb = self.kb
+        try:
+            with kb.db.write() as conn:
+                current = queries.existing_document(conn, document.id, lock=True)
+                documents.own_store(conn, kb, self.store_owner)
+                documents.replace_revision(conn, kb.actor.name, current, new, kb.timestamp())
+                if current.status == DocStatus.FAILED:
+                    if current.latest_task_id is None:
+                        raise ConflictError("a failed document without a task")
+                    tasks.requeue_in(conn, kb.actor.name, current.latest_task_id, kb.timestamp())
+                else:
+                    documents.submit_in(conn, kb.actor.name, document.id, kb.timestamp())
+        except ConflictError as refused:
+            kb.store.delete(new.stored.key)
+            status = _status_now(kb, document.id)
+            reason = _busy(status) if status is not None else refused.message
+            return SyncRecord(path, SKIPPED, document.id, reason)
+        except BaseException:
+            kb.store.delete(new.stored.key)
+            raise
+        kb.store.delete(current.object_key)  # served revisions live on as chunks
+        return SyncRecord(path, CHANGED, document.id)
+
+    def _restamp(self, document: DocumentRow, read: Entry) -> None:
+        """Same content with a new size or time: record the new stamp, so that the next
+        sync does not read the file again."""
+        stamps = {SIZE: str(read.size), STAMP: read.stamp}
+        with self.kb.db.write() as conn:
+            current = queries.get_document(conn, document.id, lock=True)
+            if current is None:
+                return
+            merged = {**meta_of(current.meta), **stamps}
+            queries.update_document(
+                conn,
+                current.id,
+                [DocStatus(current.status)],
+                meta=json.dumps(merged, ensure_ascii=False, sort_keys=True),
+            )
+            queries.insert_audit_events(
+                conn,
+                [documents.meta_event(self.kb.actor.name, current.id, stamps, self.kb.timestamp())],
+            )
+
+    def _missing(self) -> Iterator[SyncRecord]:
+        """Documents of this source whose path is gone, as --missing says."""
+        gone = [
+            (path, known.row)
+            for path, known in sorted(self.known.items())
+            if known.meta.get(metadata.SOURCE) == self.source.name and _taken(path, self.options)
+        ]
+        for path, row in gone:
+            yield self._handle_missing(path, row)
+            self._report()
+
+    def _handle_missing(self, path: str, row: DocumentRow) -> SyncRecord:
+        how, dry = self.options.missing, self.options.dry_run
+        if how == "keep":
+            return SyncRecord(path, MISSING, row.id, "kept (--missing keep)")
+        if how == "unpublish":
+            if row.published_revision is None:
+                return SyncRecord(path, MISSING, row.id, f"kept: not published ({row.status})")
+            if not dry:
+                try:
+                    review.unpublish_document(self.kb, row.id)
+                except ConflictError as refused:
+                    return SyncRecord(path, MISSING, row.id, refused.message)
+            return SyncRecord(path, MISSING, row.id, "would unpublish" if dry else "unpublished")
+        if not dry:
+            removal.delete(self.kb, removal.plan(self.kb, [row.id]))
+        return SyncRecord(path, MISSING, row.id, "would delete" if dry else "deleted")
+
+
+def _taken(path: str, options: SyncOptions) -> bool:
+    """--include (any, when given) and --exclude (none), on the relative path or the
+    file name."""
+    if not (options.include or options.exclude):
+        return True
+    name = path.rsplit("/", 1)[-1]
+
+    def matches(patterns: Iterable[str]) -> bool:
+        return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    if options.include and not matches(options.include):
+        return False
+    return not matches(options.exclude)
+
+
+def _same_stamp(meta: dict[str, str], entry: Entry) -> bool:
+    return meta.get(SIZE) == str(entry.size) and meta.get(STAMP) == entry.stamp
+
+
+def _bad_name(path: str) -> str | None:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the name is not valid UTF-8"
+    try:
+        metadata.check_value(metadata.PATH, path)
+    except UsageError as bad:
+        return bad.message.replace("metadata value of 'path'", "the path")
+    return None
+
+
+def _printable(path: str) -> str:
+    shown = path.encode("utf-8", "replace").decode("utf-8")
+    return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in shown)
+
+
+def _kind(local: Path, path: str) -> tuple[FileKind | None, str | None]:
+    from kb_cli.parsers.detect import detect, legacy_office
+
+    name = path.rsplit("/", 1)[-1]
+    kind = detect(local, name)
+    if kind is not None:
+        return kind, None
+    legacy = legacy_office(local, name)
+    return None, (f"unsupported file type: {legacy}" if legacy else "unsupported file type")
+
+
+def _sha256(local: Path) -> str:
+    digest = hashlib.sha256()
+    with open(local, "rb") as data:
+        while block := data.read(HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _busy(status: str) -> str:
+    return f"left alone while the document is {status}; a later sync takes the change"
+
+
+def _status_now(kb: Kb, document_id: str) -> str | None:
+    with kb.db.read() as conn:
+        document = queries.get_document(conn, document_id)
+    return None if document is None else document.status
