@@ -64,7 +64,8 @@ def test_bad_metadata_is_refused_and_nothing_is_stored(invoke, tmp_path, pair):
     path.write_text("a\n", encoding="utf-8")
     refused = invoke("upload", str(path), "--meta", pair, "--json")
     assert refused.code == 2 and refused.error["error"] == "usage", refused.stderr
-    assert ok(invoke("status", "--json")) == []
+    listing = invoke("status", "--json")  # nothing stored: not even a knowledge base
+    assert listing.code == 2 and "no knowledge base in" in listing.error["message"]
 
 
 def test_too_many_keys_are_refused(invoke, tmp_path):

@@ -75,7 +75,8 @@ def test_scanned_english_and_chinese_pages_are_found_on_their_page(tmp_path):
     assert log.count("ocr engine=") == 1 and "rapidocr 3.10" in log, log
     assert f"ocr task={tasks[0]['task_id']} pages=1" in log
     assert f"ocr task={tasks[1]['task_id']} pages=1" in log
-    assert "stage=parse 1/2" in log and "stage=parse 2/2" in log, log
+    # (a pipe shows a step at most every PLAIN_PROGRESS_INTERVAL: 1/2 may be skipped)
+    assert "stage=parse 2/2" in log, log
     # and the document's history says how many pages OCR read, with what engine
     trail = run_kb("history", tasks[0]["document_id"], "--json").records
     [ocr] = [event for event in trail if event["action"] == "read_by_ocr"]
