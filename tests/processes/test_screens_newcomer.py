@@ -3,10 +3,13 @@ only in the middle and documents of two bases: names kept apart, no line too wid
 
 from __future__ import annotations
 
+import pytest
 from rich.cells import cell_len
 
 from tests.helpers import run_kb
 from tests.terminal import ANSI, run_in_terminal
+
+pytestmark = pytest.mark.display
 
 COLUMNS = 80
 PEOPLE = ["alice", "bob", "carol-smith", "dave", "eve-long-name", "frank"]
