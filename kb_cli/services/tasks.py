@@ -19,7 +19,7 @@ from kb_cli.lifecycle import (
     EventType,
     TaskStatus,
 )
-from kb_cli.records import DocumentRecord, QueuePlace, TaskRecord, TaskRow
+from kb_cli.records import DocumentRecord, DocumentRow, QueuePlace, TaskRecord, TaskRow
 from kb_cli.services.documents import document_record
 from kb_cli.transitions import cancel_task as cancel_task_row
 from kb_cli.transitions import move_document, requeue_task, task_event_data
@@ -68,11 +68,19 @@ def wait_for_task(
     watcher: WaitWatcher | None = None,
 ) -> TaskRecord:
     """Poll the database until the task (or the document's latest task) ends. Each
-    look checks the caller again, and a lost database server is reconnected to."""
-    with kb.db.read() as conn:
-        task_id = _task_id_for(conn, entity_id, kind)
-        task = TaskRecord.from_row(queries.existing_task(conn, task_id))
-        document = queries.get_document(conn, task.document_id)
+    look checks the caller again, and a lost database server is reconnected to (from
+    the first look: a wait begun as the server restarts rides it out too)."""
+    unstoppable = threading.Event()  # Ctrl-C ends a wait as any command: interrupted
+
+    def first_look() -> tuple[str, TaskRecord, DocumentRow | None]:
+        with kb.db.read() as conn:
+            task_id = _task_id_for(conn, entity_id, kind)
+            task = TaskRecord.from_row(queries.existing_task(conn, task_id))
+            return task_id, task, queries.get_document(conn, task.document_id)
+
+    task_id, task, document = outlasting_outages(
+        first_look, unstoppable, kb.settings.reconnect_seconds
+    )
     filename = document.filename if document else None
     if watcher is not None:
         watcher.started(task, filename or "?", document.size_bytes if document else 0)
@@ -86,7 +94,6 @@ def wait_for_task(
             place = queue.place(conn, row) if watcher is not None else None
         return TaskRecord.from_row(row, filename), place
 
-    unstoppable = threading.Event()  # Ctrl-C ends a wait as any command: interrupted
     while True:
         record, place = outlasting_outages(look, unstoppable, kb.settings.reconnect_seconds)
         if watcher is not None:

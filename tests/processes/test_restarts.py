@@ -111,6 +111,9 @@ def test_a_short_outage_is_ridden_out_and_a_long_one_ends_with_exit_1(tmp_path):
         printed = Lines(follow)
         try:
             wait_until(lambda: printed.count('"task.queued"') == 1, timeout=30)
+            # The wait started first; let it pass its guard (a command that starts while
+            # the server is down fails at once: only a running one rides an outage out).
+            time.sleep(1.0)
             server.control("halt")
             time.sleep(2.0)  # shorter than KB_RECONNECT_SECONDS
             server.control("resume")
