@@ -13,6 +13,7 @@ from kb_cli.cli.shared import (
     BaseOption,
     DocumentId,
     JsonFlag,
+    YesFlag,
     open_granted,
     open_kb,
     print_with_filenames,
@@ -260,9 +261,7 @@ def delete(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")
     ] = False,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Do not ask on a terminal (for scripts).")
-    ] = False,
+    yes: YesFlag = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Delete documents with their revisions, chunks, tasks and stored files.

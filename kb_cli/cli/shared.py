@@ -28,6 +28,9 @@ HELP_SETTINGS = {"help_option_names": ["-h", "--help"]}
 JsonFlag = Annotated[
     bool, typer.Option("--json", help="Print JSON Lines on stdout, one record per line.")
 ]
+YesFlag = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask on a terminal (for scripts).")
+]
 DocumentId = Annotated[
     str,
     typer.Argument(

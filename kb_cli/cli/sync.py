@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import JsonFlag, open_kb
+from kb_cli.cli.shared import JsonFlag, YesFlag, open_granted, open_kb
 from kb_cli.permissions import DEFAULT_BASE, EDITORS, Rule, Target
 
 SYNC = Rule("sync", EDITORS, Target.BASE)
@@ -121,9 +121,7 @@ def reparse(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="List what would be queued; queue nothing.")
     ] = False,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Do not ask on a terminal (for scripts).")
-    ] = False,
+    yes: YesFlag = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Parse stored files again with today's parsers and settings, as new revisions.
@@ -135,7 +133,6 @@ def reparse(
 
     Examples: kb reparse 3f2a9c; kb reparse --base handbook --dry-run; kb reparse --all --yes
     """
-    from kb_cli.cli.shared import open_granted
     from kb_cli.services import reparse as service
 
     refs = document_ids or []

@@ -282,3 +282,28 @@ def cut_to(text: str, width: int) -> str:
     cut = Text(text)
     cut.truncate(width, overflow="ellipsis")
     return cut.plain
+
+
+def confirm_many(planned: list[Any], question: str, declined: str) -> bool:
+    """On a terminal, list the documents `planned` (the first ten) and ask `question`
+    ("delete 3 documents ...?"); elsewhere (a script, a pipe) do not ask. Saying no logs
+    `declined`. Ctrl-C or Ctrl-D ends the prompt's line, so the shell's starts on its own."""
+    if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
+        return True
+    for item in planned[:10]:
+        log(f"  {item.document_id}  {visible(item.filename)}  ({item.status})")
+    if len(planned) > 10:
+        log(f"  ... and {len(planned) - 10} more")
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        raise
+    if not answer.endswith("\n"):  # Ctrl-D: the line was never ended
+        sys.stderr.write("\n")
+    if answer.strip().lower() not in ("y", "yes"):
+        log(declined)
+        return False
+    return True

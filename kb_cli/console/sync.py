@@ -63,21 +63,10 @@ def print_sync_summary(summary: Any, as_json: bool) -> None:
 
 
 def confirm_reparse(planned: list[Any]) -> bool:
-    """On a terminal, ask before queueing many documents again; elsewhere do not ask."""
-    from kb_cli.console.core import counted, log, visible
+    from kb_cli.console.core import confirm_many, counted
 
-    if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
-        return True
-    for item in planned[:10]:
-        log(f"  {item.document_id}  {visible(item.filename)}  ({item.status})")
-    if len(planned) > 10:
-        log(f"  ... and {len(planned) - 10} more")
-    sys.stderr.write(f"parse {counted(len(planned), 'document')} again as new revisions? [y/N] ")
-    sys.stderr.flush()
-    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-        log("nothing queued")
-        return False
-    return True
+    what = counted(len(planned), "document")
+    return confirm_many(planned, f"parse {what} again as new revisions?", "nothing queued")
 
 
 def print_reparse(items: list[Any], as_json: bool) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from kb_cli.console.core import (
     cell,
     cell_len_of,
+    confirm_many,
     counted,
     cut_name,
     cut_names,
@@ -379,27 +380,8 @@ def note_skipped(skipped: list[Any]) -> None:
 
 
 def confirm_deletion(planned: list[Any]) -> bool:
-    """On a terminal, ask before deleting; elsewhere (a script, a pipe) do not ask."""
-    if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
-        return True
-    for deletion in planned[:10]:
-        log(f"  {deletion.document_id}  {visible(deletion.filename)}  ({deletion.status})")
-    if len(planned) > 10:
-        log(f"  ... and {len(planned) - 10} more")
     what = counted(len(planned), "document")
-    sys.stderr.write(f"delete {what} with their chunks and files? [y/N] ")
-    sys.stderr.flush()
-    try:
-        answer = sys.stdin.readline()
-    except KeyboardInterrupt:
-        sys.stderr.write("\n")  # the shell's prompt starts on a line of its own
-        raise
-    if not answer.endswith("\n"):  # Ctrl-D: the line was never ended
-        sys.stderr.write("\n")
-    if answer.strip().lower() not in ("y", "yes"):
-        log("nothing deleted")
-        return False
-    return True
+    return confirm_many(planned, f"delete {what} with their chunks and files?", "nothing deleted")
 
 
 def print_deletions(deletions: list[Any], as_json: bool) -> None:

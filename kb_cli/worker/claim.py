@@ -370,39 +370,32 @@ class Claim:
     def note_reuse(self, chunks: int) -> None:
         """Say, in the task's history, that this attempt starts at the embedding stage
         with a kept parse, and write that stage now."""
-        detail = (
-            f"parse of revision {self.task.revision} reused: {chunks} chunks; "
-            "no download or parse this attempt"
-        )
-
-        def write() -> None:
-            with self.kb.db.write() as conn:
-                self._write_progress(conn, Stage.EMBEDDING, 0, chunks)
-                event = audit_event(  # no state change: no from or to status
-                    self.kb.actor.name,
-                    "reuse_parse",
-                    self.task.id,
-                    detail=self.claimant.audit_detail(detail),
-                    at=self.claimant.now(),
-                )
-                queries.insert_audit_events(conn, [event])
-
         self.position = (Stage.EMBEDDING, 0, chunks)
-        self._retrying(write)
+        self._note(
+            "reuse_parse",
+            f"parse of revision {self.task.revision} reused: {chunks} chunks; "
+            "no download or parse this attempt",
+        )
 
     def note_ocr(self, pages: int, engine: str) -> None:
         """Say, in the task's history, how many pages this parse read by OCR and with
-        what engine (a write fenced on the claim, as a progress write is)."""
-        stage, done, total = self.position
+        what engine."""
         plural = "" if pages == 1 else "s"
-        detail = f"{pages} page{plural} of revision {self.task.revision} read by OCR ({engine})"
+        self._note(
+            "read_by_ocr",
+            f"{pages} page{plural} of revision {self.task.revision} read by OCR ({engine})",
+        )
+
+    def _note(self, action: str, detail: str) -> None:
+        """A history event of the task that is no state change (no from or to status),
+        written with the attempt's position: fenced on the claim as a progress write is."""
 
         def write() -> None:
             with self.kb.db.write() as conn:
-                self._write_progress(conn, stage, done, total)
-                event = audit_event(  # no state change: no from or to status
+                self._write_progress(conn, *self.position)
+                event = audit_event(
                     self.kb.actor.name,
-                    "read_by_ocr",
+                    action,
                     self.task.id,
                     detail=self.claimant.audit_detail(detail),
                     at=self.claimant.now(),
