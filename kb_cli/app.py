@@ -31,6 +31,7 @@ from kb_cli.permissions import Actor, Scope
 from kb_cli.queries import MIN_PREFIX
 from kb_cli.reranking import Reranker, make_reranker
 from kb_cli.store import ObjectStore, open_store
+from kb_cli.vectors import VectorIndex, make_vector_index
 
 MAX_ID_CHARS = 100
 
@@ -54,6 +55,11 @@ class Kb:
     def reranker(self) -> Reranker | None:
         """The configured reranker (None: off), built on first use like the embedder."""
         return make_reranker(self.settings.rerank)
+
+    @functools.cached_property
+    def vectors(self) -> VectorIndex:
+        """How search finds the chunks nearest a query vector on this knowledge base."""
+        return make_vector_index(self.settings)
 
     # True when this open made the knowledge base (its home, or its tables).
     created: bool = False

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
 from kb_cli.chunking import contextual_text, merge_passage
-from kb_cli.embeddings import from_blobs
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
 from kb_cli.metadata import MetaFilter
 from kb_cli.permissions import Scope
@@ -25,7 +24,6 @@ from kb_cli.ranking import (
     normalised,
     rerank,
     single,
-    top_similar,
 )
 from kb_cli.records import SearchHit
 from kb_cli.textsearch import Query, parse_query, script_of, snippet
@@ -170,15 +168,8 @@ def _vector_ranking(
         result.mode = "lexical"
         result.warnings.append(f"{error.message}; searched by words only")
         return []
-    chunk_ids, blobs = queries.published_vectors(conn, embedder.model, len(query_vector), scope)
-    if not chunk_ids:
-        return []
-    ranked = top_similar(
-        chunk_ids,
-        from_blobs(blobs, len(query_vector)),
-        query_vector,
-        kb.settings.vector_floor,
-        depth,
+    ranked = kb.vectors.nearest(
+        conn, embedder.model, query_vector, depth, scope, kb.settings.vector_floor
     )
     if query.phrases:
         containing = queries.phrase_chunk_ids(conn, query.phrases, scope)
