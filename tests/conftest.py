@@ -30,6 +30,7 @@ from tests.helpers import (
     disconnect_postgres,
     home_digest,
     home_runner,
+    migrated_postgres_template,
     postgres_database,
     run_in_process,
 )
@@ -93,9 +94,18 @@ def kb_home(
         monkeypatch.setenv("DATABASE_URL", f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{NO_DATABASE}")
         yield home
         return
-    with postgres_database() as url:
+    empty = request.node.get_closest_marker("empty_database") is not None
+    template = None if empty else request.getfixturevalue("migrated_template")
+    with postgres_database(template, own_identity=template is not None) as url:
         monkeypatch.setenv("DATABASE_URL", url)
         yield home
+
+
+@pytest.fixture(scope="session")
+def migrated_template() -> Iterator[str]:
+    """On PostgreSQL, the database every test's own is a copy of (kb's schema, no rows)."""
+    with migrated_postgres_template() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

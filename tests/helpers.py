@@ -87,16 +87,21 @@ T = TypeVar("T")
 
 
 @contextlib.contextmanager
-def postgres_database(template: str | None = None) -> Iterator[str]:
+def postgres_database(template: str | None = None, own_identity: bool = False) -> Iterator[str]:
     """A new database on the test server for the block's duration (a copy of the database
-    at the URL `template`, if given: nobody may be connected to that one); its URL."""
+    at the URL `template`, if given: nobody may be connected to that one); its URL. With
+    `own_identity`, the copy gets a database id of its own, as one made by its own
+    migrations would (a copy that comes with a copy of its store keeps the store's)."""
     name = f"kbt_{uuid.uuid4().hex[:12]}"
     copy = f" TEMPLATE {template.rsplit('/', 1)[1]}" if template else ""
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f"CREATE DATABASE {name}{copy}"))
+    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     try:
-        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        if own_identity:
+            _new_database_id(url)
+        yield url
     finally:
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -350,6 +355,32 @@ def home_runner(env: dict[str, str]) -> Callable[..., Result]:
         return run_in_process(*args, env={**env, **({"KB_TOKEN": token} if token else {})})
 
     return run
+
+
+def _new_database_id(url: str) -> None:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(
+            text("UPDATE kb_meta SET value = :id WHERE key = 'database_id'"),
+            {"id": uuid.uuid4().hex},
+        )
+    engine.dispose()
+
+
+@contextlib.contextmanager
+def migrated_postgres_template() -> Iterator[str]:
+    """A database with kb's schema and nothing else, made once by kb's own migrations,
+    for every test's database to copy: migrating each anew cost half a second a test."""
+    from kb_cli.db import Database
+
+    with postgres_database() as url:
+        database = Database(url, 5.0, None)
+        try:
+            database.ensure_schema(create=True)
+        finally:
+            database.close()
+        disconnect_postgres(url)
+        yield url
 
 
 def disconnect_postgres(url: str) -> None:

@@ -165,6 +165,7 @@ def test_commands_that_store_nothing_refuse_a_missing_home_and_create_none(invok
     assert "--home DIR or KB_HOME" in message and "kb upload FILE" in message
 
 
+@pytest.mark.empty_database
 @pytest.mark.parametrize("args", [("work", "--drain"), ("status",)], ids=" ".join)
 def test_an_empty_database_is_refused_on_either_engine(invoke, args):
     """On PostgreSQL there is no home: a database without kb's tables is the same case."""

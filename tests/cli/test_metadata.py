@@ -47,6 +47,7 @@ def test_metadata_is_stored_shown_and_audited(invoke, tmp_path):
     assert upload(invoke, other, submit=False)["meta"] == {}
 
 
+@pytest.mark.empty_database
 @pytest.mark.parametrize(
     "pair",
     [

@@ -79,6 +79,7 @@ def test_an_unknown_option_says_where_global_options_go():
     assert "--hme" in message and "--home" in message and "before or after the command" in message
 
 
+@pytest.mark.empty_database  # the first upload says it created the knowledge base
 def test_the_same_file_twice_warns_and_stores_both(tmp_path):
     note = tmp_path / "note.md"
     note.write_text("# Note\n\nwords\n")

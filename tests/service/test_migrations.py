@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kb_cli import migrations
 from kb_cli.config import resolve_settings
 from kb_cli.db import Database
 from tests.helpers import ON_POSTGRES, db_rows, first_revision_database, run_in_process
+
+pytestmark = pytest.mark.empty_database
 
 
 def test_a_first_revision_database_is_upgraded():
