@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, Unpack
 
-from kb_cli import queries
+from kb_cli import artefacts, queries
 from kb_cli.app import Kb
+from kb_cli.chunking import ChunkText
 from kb_cli.config import WorkerOptions
 from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
@@ -266,19 +267,19 @@ class Claim:
         options = claimant.options
         # A stage delay exists so that others can watch: then every step is written.
         self._write_interval = 0.0 if options.stage_delay else options.progress_interval
-        self._last_write = time.monotonic()
+        self._last_write = self._started = time.monotonic()
         self.batch = self.kb.settings.chunk_batch
         # Whether chunks of this task's revision may exist before the completion: an
         # earlier attempt may have left some, and this one writes batches ahead.
         self._may_have_chunks = task.attempt > 1
         self._kept_parse = kept_parse  # False: the claim saw no kept parse to read
-        # This attempt's parse, kept with the attempt's next write (see save_parse).
-        self._unsaved_parse: dict[str, Any] | None = None
+        # This attempt's parse, not kept (yet): see save_parse.
+        self._unsaved_parse: tuple[str, str, list[ChunkText]] | None = None
 
     def started(self) -> None:
         """The attempt begins now (a task claimed with others waited for its turn):
-        progress writes are counted from here."""
-        self._last_write = time.monotonic()
+        progress writes and the parse's cost are counted from here."""
+        self._last_write = self._started = time.monotonic()
 
     @property
     def fence(self) -> tuple[str, int]:
@@ -322,7 +323,6 @@ class Claim:
         ):
             raise ClaimLost()
         self._last_write = time.monotonic()
-        self._keep_parse(conn)
 
     def renew_lease(self) -> None:
         with self.kb.db.write() as conn:
@@ -379,41 +379,46 @@ class Claim:
                 conn, self.task.document_id, self.task.revision, document.sha256, parser_key
             )
 
-    def save_parse(self, parser_key: str, payload: bytes, chunks: int) -> None:
+    def save_parse(self, parser_key: str, chunks: list[ChunkText]) -> None:
         """Keep this attempt's parse for the next one, fenced on the claim like every
         other write. Only for the document's current revision: the key pairs the task's
         revision with the document's file.
 
-        It goes with the attempt's next write, not in a transaction of its own: a
-        progress write, a chunk batch, a history note, or the failure or release that
-        ends the attempt (a completion needs it no more). A parse that took long makes
-        a progress write due, so it is written now: a worker killed later loses it not."""
+        A parse that took long (download and parse past the progress interval) is kept
+        now, in a transaction of its own, so that a worker killed later loses it not.
+        A quick one is cheaper to redo than to compress and write: it is kept only when
+        the attempt fails or is released (in that transaction), never when it succeeds."""
         document = self._document_of_this_revision()
         if document is None:
             return
-        self._unsaved_parse = {
-            "document_id": self.task.document_id,
-            "revision": self.task.revision,
-            "sha256": document.sha256,
-            "parser_key": parser_key,
-            "chunks": chunks,
-            "payload": payload,
-            "task_id": self.task.id,
-        }
-        if time.monotonic() - self._last_write >= self._write_interval:
+        self._unsaved_parse = (parser_key, document.sha256, chunks)
+        if time.monotonic() - self._started >= self._write_interval:
 
             def write() -> None:
                 with self.kb.db.write() as conn:
                     self._write_progress(conn, *self.position)
+                    self._keep_parse(conn)
 
             self._retrying(write)
 
     def _keep_parse(self, conn: Connection) -> None:
         """Write the parse this attempt has not kept yet, in the caller's transaction."""
-        if self._unsaved_parse is not None:
-            queries.put_artefact(conn, **self._unsaved_parse, created_at=self.claimant.now())
-            self._unsaved_parse = None
-            self._kept_parse = True
+        if self._unsaved_parse is None:
+            return
+        parser_key, sha256, chunks = self._unsaved_parse
+        queries.put_artefact(
+            conn,
+            document_id=self.task.document_id,
+            revision=self.task.revision,
+            sha256=sha256,
+            parser_key=parser_key,
+            chunks=len(chunks),
+            payload=artefacts.encode(chunks),
+            task_id=self.task.id,
+            created_at=self.claimant.now(),
+        )
+        self._unsaved_parse = None
+        self._kept_parse = True
 
     def _document_of_this_revision(self) -> DocumentRow | None:
         """The claimed document while its file is still the task's revision's."""
