@@ -1144,6 +1144,13 @@ def get_artefact(
     return None if payload is None else bytes(payload)
 
 
+def has_artefact(conn: Connection, document_id: str, revision: int) -> bool:
+    """Whether a parse of this revision is kept (by any parser, of any bytes)."""
+    sql = f"SELECT 1 FROM {ARTEFACTS} WHERE document_id = :document_id AND revision = :revision"
+    params = {"document_id": document_id, "revision": revision}
+    return conn.execute(sql, params).first() is not None
+
+
 class ArtefactInsert(TypedDict):
     document_id: str
     revision: int

@@ -102,16 +102,24 @@ def upload(
         records: list[Any] = [replaced.record]
     else:
         # Checked before the knowledge base is opened: a refused upload creates no home.
-        documents.check_files(files, settings_of(ctx).max_upload_bytes)
+        checked = documents.check_files(files, settings_of(ctx).max_upload_bytes)
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE, create=True)
-        uploaded = documents.upload(
-            kb,
-            files,
-            submit=submit,
-            base=base or DEFAULT_BASE,
-            meta=pairs,
-            skip_existing=skip_existing,
-        )
+        # A bar for a bulk upload, on a terminal only: piped output stays as it was.
+        progress = console.Progress("storing files", plain=False) if len(files) >= 20 else None
+        try:
+            uploaded = documents.upload(
+                kb,
+                files,
+                submit=submit,
+                base=base or DEFAULT_BASE,
+                meta=pairs,
+                skip_existing=skip_existing,
+                on_progress=progress,
+                checked=checked,
+            )
+        finally:
+            if progress is not None:
+                progress.close()
         console.warn_duplicates(uploaded.duplicates)
         console.note_skipped(uploaded.skipped)
         records = uploaded.records

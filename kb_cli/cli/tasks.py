@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Annotated
@@ -334,6 +335,10 @@ def work(
     Examples: kb work --drain; kb work --loop --worker-id A --stage-delay 0.5
     """
     from kb_cli.worker import Worker, WorkerOptions, default_worker_id, stop_on_signals
+
+    # Workers run side by side, one per core: a BLAS pool of its own in each (numpy is
+    # loaded at the first embedding, after this) only spins against the others.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     if worker_id is not None and not (0 < len(worker_id) <= 100 and worker_id.isprintable()):
         raise UsageError("a --worker-id is 1 to 100 printable characters")

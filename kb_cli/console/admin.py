@@ -21,10 +21,12 @@ from kb_cli.console.core import (
 
 class Progress:
     """done/total of one long job: a rich bar on a terminal, a line now and then
-    otherwise (on stderr, so stdout keeps only the result)."""
+    otherwise (on stderr, so stdout keeps only the result); `plain=False`: nothing but
+    the bar (a command whose piped output stays as it always was)."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, plain: bool = True) -> None:
         self.label = label
+        self.plain = plain
         self._bar = None
         self._last = 0.0
         if is_fancy(sys.stderr):
@@ -38,6 +40,8 @@ class Progress:
     def __call__(self, done: int, total: int) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=done, total=total)
+        elif not self.plain:
+            return
         elif done == total or time.monotonic() - self._last >= PLAIN_PROGRESS_INTERVAL:
             self._last = time.monotonic()
             log(f"{self.label} {done}/{total}")

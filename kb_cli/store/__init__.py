@@ -29,9 +29,13 @@ __all__ = [
 
 
 class ObjectStore(Protocol):
-    def put(self, source: BinaryIO, max_bytes: int) -> StoredObject:
+    def put(self, source: BinaryIO, max_bytes: int, durable: bool = True) -> StoredObject:
         """Stream `source` into a new object under a fresh key, hashing as it goes; an
-        existing object is never overwritten."""
+        existing object is never overwritten. `durable=False`: the caller makes the
+        object durable (`make_durable`) before anything refers to it."""
+
+    def make_durable(self, keys: list[str]) -> None:
+        """Make objects put with `durable=False` survive a crash of the machine."""
 
     def read_blocks(self, key: str) -> Iterator[bytes]:
         """Stream an object; OSError when it is missing or unreadable."""

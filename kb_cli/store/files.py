@@ -41,7 +41,7 @@ class FileObjectStore:
     def _path(self, key: str) -> Path:
         return self.root / shard_of(key) / key
 
-    def put(self, source: BinaryIO, max_bytes: int) -> StoredObject:
+    def put(self, source: BinaryIO, max_bytes: int, durable: bool = True) -> StoredObject:
         import hashlib  # here, not above: loading OpenSSL costs 5 ms of every command
 
         key = new_key()
@@ -62,14 +62,32 @@ class FileObjectStore:
                         out.write(block)
                 with _writing():
                     out.flush()
-                    os.fsync(out.fileno())
+                    if durable:
+                        os.fsync(out.fileno())
             with _writing():
                 os.replace(temp, final)
-                _fsync_dir(final.parent)
+                if durable:
+                    _fsync_dir(final.parent)
         except BaseException:
             temp.unlink(missing_ok=True)
             raise
         return StoredObject(key=key, size_bytes=size, sha256=digest.hexdigest())
+
+    def make_durable(self, keys: list[str]) -> None:
+        """Flush objects put with `durable=False` and their directories. Many at once:
+        one syncfs of the store's filesystem (an fsync each of 500 new small files took
+        2.8 s on ext4 here, syncfs 0.2 s); else, or where there is none, an fsync each."""
+        with _writing():
+            if len(keys) >= BULK_SYNC_OBJECTS and _sync_filesystem(self.root):
+                return
+            for key in keys:
+                fd = os.open(self._path(key), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            for shard in sorted({shard_of(key) for key in keys}):
+                _fsync_dir(self.root / shard)
 
     def read_blocks(self, key: str) -> Iterator[bytes]:
         """Stream an object; raises OSError when it is missing or unreadable."""
@@ -147,6 +165,27 @@ def storage_message(what: str, error: OSError) -> str:
         errno.EPERM: "give kb's user write permission there",
     }.get(error.errno or 0, "check the disk, then run again")
     return f"cannot write to {what}: {reason}; {advice}"
+
+
+BULK_SYNC_OBJECTS = 16
+
+
+def _sync_filesystem(path: Path) -> bool:
+    """syncfs(2) of the filesystem holding `path` (Linux): False where there is none;
+    OSError when it reports a write that failed."""
+    import ctypes
+
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if syncfs is None:
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+    finally:
+        os.close(fd)
+    return True
 
 
 def _fsync_dir(directory: Path) -> None:

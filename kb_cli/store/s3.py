@@ -59,7 +59,10 @@ class S3ObjectStore:
 
     # --- writing --------------------------------------------------------------------
 
-    def put(self, source: BinaryIO, max_bytes: int) -> layout.StoredObject:
+    def make_durable(self, keys: list[str]) -> None:
+        """Nothing to do: a stored object is durable once the PUT returned."""
+
+    def put(self, source: BinaryIO, max_bytes: int, durable: bool = True) -> layout.StoredObject:
         import hashlib  # here, not above: loading OpenSSL costs 5 ms of every command
 
         import obstore

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, Unpack
 
-from kb_cli import queries
+from kb_cli import artefacts, queries
 from kb_cli.app import Kb
+from kb_cli.chunking import ChunkText
 from kb_cli.config import WorkerOptions
 from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
@@ -63,10 +64,12 @@ class Claimant:
     def now(self) -> str:
         return format_stamp(self.kb.clock.now())
 
-    def lease_from(self, now: str) -> str:
-        from kb_cli.db import parse_stamp
-
-        return format_stamp(parse_stamp(now) + timedelta(seconds=self.options.lease_seconds))
+    def stamps(self) -> tuple[str, str]:
+        """Now and the end of a lease that starts now, from one reading of the clock
+        (formatting a stamp is cheap; parsing one back, as a lease once did, is not)."""
+        moment = self.kb.clock.now()
+        lease = moment + timedelta(seconds=self.options.lease_seconds)
+        return format_stamp(moment), format_stamp(lease)
 
     def audit_detail(self, detail: str | None) -> str:
         """The worker's name in every event's detail; the actor is the authenticated
@@ -103,34 +106,62 @@ class Claimant:
         )
 
 
+# Small tasks are claimed several at a time, in one transaction: for a tiny document
+# the claim's transaction cost as much as the rest of the task. The batch is bounded by
+# the bytes of its documents, so that a worker never sits on work another worker could
+# do now (a drained queue ends within a fraction of a second of each other).
+BATCH_TASKS = 32
+BATCH_BYTES = 64 * 1024
+
+
 @dataclass
 class Taken:
-    """What one claim attempt did: the claim, if any, and the tasks it failed on the
-    way because their workers were lost too often (task id, reason)."""
+    """What one claim attempt did: its claims (the task to run now first, then the
+    small ones taken with it, to run after it in that order), and the tasks it failed on
+    the way because their workers were lost too often (task id, reason)."""
 
-    claim: Claim | None
+    claims: list[Claim] = field(default_factory=list)
     given_up: list[tuple[str, str]] = field(default_factory=list)
 
+    @property
+    def claim(self) -> Claim | None:
+        return self.claims[0] if self.claims else None
 
-def take(claimant: Claimant, task_id: str | None) -> Taken:
-    """Take the named or the oldest claimable task, in one write transaction."""
-    return retrying(lambda: _take_once(claimant, task_id), claimant.stop)
+
+def take(claimant: Claimant, task_id: str | None, limit: int = 1) -> Taken:
+    """Take the named or the oldest claimable task, in one write transaction; with a
+    `limit` above 1, the oldest queued tasks after it too, while their documents are
+    small (BATCH_BYTES in all). Each claim is its own guarded UPDATE, with its own
+    attempt and lease, as if taken alone."""
+    return retrying(lambda: _take_once(claimant, task_id, limit), claimant.stop)
 
 
-def _take_once(claimant: Claimant, task_id: str | None) -> Taken:
-    taken = Taken(None)
+def _take_once(claimant: Claimant, task_id: str | None, limit: int) -> Taken:
+    taken = Taken()
+    budget = BATCH_BYTES
     with claimant.kb.db.write() as conn:
         if claimant.actor_disabled(conn):  # a disabled user's worker takes nothing more
             raise claimant.refusal()
-        while (task := _candidate(conn, task_id, now := claimant.now())) is not None:
+        while (task := _candidate(conn, task_id, claimant.now())) is not None:
+            if taken.claims and task.status == TaskStatus.RUNNING:
+                break  # a reclaim is never a batch's extra: it goes first, next time
             if task.status == TaskStatus.RUNNING and task.attempt >= claimant.options.max_attempts:
                 lost = _fail_lost_worker(claimant, conn, task)
                 taken.given_up += [lost] if lost else []
                 if lost is None or task_id is not None:
                     break
                 continue  # look for the next claimable task
-            taken.claim = _claim(claimant, conn, task, now)
-            break
+            document = queries.get_document(conn, task.document_id)
+            size = document.size_bytes if document else 0
+            if taken.claims and size > budget:
+                break
+            claim = _claim(claimant, conn, task, document)
+            if claim is None:
+                break
+            taken.claims.append(claim)
+            budget -= size
+            if task_id is not None or len(taken.claims) >= limit or budget <= 0:
+                break
     return taken
 
 
@@ -140,14 +171,17 @@ def _candidate(conn: Connection, task_id: str | None, now: str) -> TaskRow | Non
     return queries.next_claimable_task(conn, now)
 
 
-def _claim(claimant: Claimant, conn: Connection, task: TaskRow, now: str) -> Claim | None:
+def _claim(
+    claimant: Claimant, conn: Connection, task: TaskRow, document: DocumentRow | None
+) -> Claim | None:
     """Claim (or reclaim) one claimable task in the caller's transaction."""
     reclaimed_from = task.worker_id if task.status == TaskStatus.RUNNING else None
+    now, lease = claimant.stamps()
     run: TaskChanges = {
         **FRESH_RUN,
         "worker_id": claimant.options.worker_id,
         "attempt": task.attempt + 1,
-        "lease_expires_at": claimant.lease_from(now),
+        "lease_expires_at": lease,
     }
     claimed = move_task(
         conn,
@@ -168,8 +202,10 @@ def _claim(claimant: Claimant, conn: Connection, task: TaskRow, now: str) -> Cla
     if claimed is None:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
         return None
     # Chunks a dead attempt wrote go at the start of indexing, in bounded batches.
-    document = queries.get_document(conn, task.document_id)
-    return Claim(claimant, claimed, document, reclaimed_from)
+    # Whether a parse is kept for this revision is one look-up by primary key here,
+    # so that an attempt with none (nearly every one) reads nothing more for it.
+    kept_parse = queries.has_artefact(conn, task.document_id, task.revision)
+    return Claim(claimant, claimed, document, reclaimed_from, kept_parse)
 
 
 def _fail_lost_worker(
@@ -214,6 +250,7 @@ class Claim:
         task: TaskRow,
         document: DocumentRow | None,
         reclaimed_from: str | None,
+        kept_parse: bool = True,
     ) -> None:
         self.claimant = claimant
         self.kb = claimant.kb
@@ -230,11 +267,19 @@ class Claim:
         options = claimant.options
         # A stage delay exists so that others can watch: then every step is written.
         self._write_interval = 0.0 if options.stage_delay else options.progress_interval
-        self._last_write = time.monotonic()
+        self._last_write = self._started = time.monotonic()
         self.batch = self.kb.settings.chunk_batch
         # Whether chunks of this task's revision may exist before the completion: an
         # earlier attempt may have left some, and this one writes batches ahead.
         self._may_have_chunks = task.attempt > 1
+        self._kept_parse = kept_parse  # False: the claim saw no kept parse to read
+        # This attempt's parse, not kept (yet): see save_parse.
+        self._unsaved_parse: tuple[str, str, list[ChunkText]] | None = None
+
+    def started(self) -> None:
+        """The attempt begins now (a task claimed with others waited for its turn):
+        progress writes and the parse's cost are counted from here."""
+        self._last_write = self._started = time.monotonic()
 
     @property
     def fence(self) -> tuple[str, int]:
@@ -264,7 +309,7 @@ class Claim:
 
     def _write_progress(self, conn: Connection, stage: Stage, done: int, total: int) -> None:
         self._check_actor(conn)
-        now = self.claimant.now()
+        now, lease = self.claimant.stamps()
         if not queries.update_task(
             conn,
             self.task.id,
@@ -274,7 +319,7 @@ class Claim:
             completed=done,
             total=total,
             updated_at=now,
-            lease_expires_at=self.claimant.lease_from(now),
+            lease_expires_at=lease,
         ):
             raise ClaimLost()
         self._last_write = time.monotonic()
@@ -288,7 +333,7 @@ class Claim:
                 self.task.id,
                 [TaskStatus.RUNNING],
                 fence=self.fence,
-                lease_expires_at=self.claimant.lease_from(self.claimant.now()),
+                lease_expires_at=self.claimant.stamps()[1],
             )
         if not renewed:
             self.lost.set()
@@ -327,38 +372,53 @@ class Claim:
     def saved_parse(self, parser_key: str) -> bytes | None:
         """The parse an earlier attempt (or run) kept of this revision's bytes."""
         document = self._document_of_this_revision()
-        if document is None:
+        if document is None or not self._kept_parse:
             return None
         with self.kb.db.read() as conn:
             return queries.get_artefact(
                 conn, self.task.document_id, self.task.revision, document.sha256, parser_key
             )
 
-    def save_parse(self, parser_key: str, payload: bytes, chunks: int) -> None:
-        """Keep this attempt's parse for the next one, in its own transaction, fenced on
-        the claim like every other write. Only for the document's current revision: the
-        key pairs the task's revision with the document's file."""
+    def save_parse(self, parser_key: str, chunks: list[ChunkText]) -> None:
+        """Keep this attempt's parse for the next one, fenced on the claim like every
+        other write. Only for the document's current revision: the key pairs the task's
+        revision with the document's file.
+
+        A parse that took long (download and parse past the progress interval) is kept
+        now, in a transaction of its own, so that a worker killed later loses it not.
+        A quick one is cheaper to redo than to compress and write: it is kept only when
+        the attempt fails or is released (in that transaction), never when it succeeds."""
         document = self._document_of_this_revision()
         if document is None:
             return
-        sha256 = document.sha256
+        self._unsaved_parse = (parser_key, document.sha256, chunks)
+        if time.monotonic() - self._started >= self._write_interval:
 
-        def write() -> None:
-            with self.kb.db.write() as conn:
-                self._write_progress(conn, *self.position)
-                queries.put_artefact(
-                    conn,
-                    document_id=self.task.document_id,
-                    revision=self.task.revision,
-                    sha256=sha256,
-                    parser_key=parser_key,
-                    chunks=chunks,
-                    payload=payload,
-                    task_id=self.task.id,
-                    created_at=self.claimant.now(),
-                )
+            def write() -> None:
+                with self.kb.db.write() as conn:
+                    self._write_progress(conn, *self.position)
+                    self._keep_parse(conn)
 
-        self._retrying(write)
+            self._retrying(write)
+
+    def _keep_parse(self, conn: Connection) -> None:
+        """Write the parse this attempt has not kept yet, in the caller's transaction."""
+        if self._unsaved_parse is None:
+            return
+        parser_key, sha256, chunks = self._unsaved_parse
+        queries.put_artefact(
+            conn,
+            document_id=self.task.document_id,
+            revision=self.task.revision,
+            sha256=sha256,
+            parser_key=parser_key,
+            chunks=len(chunks),
+            payload=artefacts.encode(chunks),
+            task_id=self.task.id,
+            created_at=self.claimant.now(),
+        )
+        self._unsaved_parse = None
+        self._kept_parse = True
 
     def _document_of_this_revision(self) -> DocumentRow | None:
         """The claimed document while its file is still the task's revision's."""
@@ -426,6 +486,7 @@ class Claim:
                     raise ClaimLost()
                 queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
                 # The chunks are the result now; nothing retries a succeeded task.
+                self._unsaved_parse = None
                 queries.delete_artefacts(conn, task.document_id, task.revision)
                 self.claimant.move_document(conn, task, DocStatus.REVIEW_PENDING, "complete")
             return finished
@@ -480,6 +541,7 @@ class Claim:
                     self.claimant.move_document(conn, self.task, DocStatus.FAILED, "fail")
             if moved:
                 queries.delete_task_chunks(conn, self.task.id)  # what the purge left, if any
+                self._keep_parse(conn)  # for the retry
         return moved
 
     def release(self, reason: str = "stopped by a signal") -> TaskRow | None:
@@ -501,6 +563,8 @@ class Claim:
                 updated_at=self.claimant.now(),
                 attempt=self.task.attempt - 1,
             )
+            if self.final_row is not None:
+                self._keep_parse(conn)  # for whoever takes the task next
         return self.final_row
 
     def _purge_quietly(self) -> None:

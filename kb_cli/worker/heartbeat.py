@@ -1,5 +1,6 @@
-"""Renews the lease of the running claim in the background, so that one long page
-cannot let it lapse. One thread per worker, started at its first task."""
+"""Renews the leases of the running claim (and of the claims waiting behind it) in the
+background, so that one long page cannot let them lapse. One thread per worker,
+started at its first task."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ class Renewable(Protocol):
 class Heartbeat:
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        self._claim: Renewable | None = None
+        self._claims: tuple[Renewable, ...] = ()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def watch(self, claim: Renewable | None) -> None:
-        self._claim = claim
-        if claim is not None and self._thread is None:
+    def watch(self, *claims: Renewable | None) -> None:
+        """Renew these claims from now on (the running one, and those claimed with it
+        that wait for their turn); none: renew nothing."""
+        self._claims = tuple(claim for claim in claims if claim is not None)
+        if self._claims and self._thread is None:
             self._thread = threading.Thread(target=self._beat, name="kb-heartbeat", daemon=True)
             self._thread.start()
 
@@ -33,10 +36,8 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self._done.wait(self.interval):
-            claim = self._claim
-            if claim is None:
-                continue
-            try:
-                claim.renew_lease()
-            except KbError:
-                continue  # try again at the next beat; the lease has slack for it
+            for claim in self._claims:
+                try:
+                    claim.renew_lease()
+                except KbError:
+                    continue  # try again at the next beat; the lease has slack for it

@@ -4,6 +4,7 @@ embeds or sleeps."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -20,6 +21,7 @@ from kb_cli.errors import (
     ClaimLost,
     ClaimStranded,
     DatabaseUnavailable,
+    KbError,
     StopRequested,
     StorageUnavailable,
     TaskFailure,
@@ -27,7 +29,7 @@ from kb_cli.errors import (
 )
 from kb_cli.lifecycle import ErrorCode, Stage
 from kb_cli.records import TaskRecord, WorkResult
-from kb_cli.worker.claim import Claim, Claimant, take
+from kb_cli.worker.claim import BATCH_TASKS, Claim, Claimant, take
 from kb_cli.worker.heartbeat import Heartbeat
 from kb_cli.worker.pipeline import Pipeline, describe_error, error_detail
 
@@ -106,6 +108,9 @@ class Worker:
         self.claimant = Claimant(kb, options, self.stop)
         self.heartbeat = Heartbeat(options.lease_seconds / 3)
         self._watch: Watch | None = None
+        # Small tasks claimed with an earlier one (claim.take), in claim order: each
+        # runs in its turn, and a stop gives back those that have not started.
+        self.waiting: list[Claim] = []
 
     def run(
         self, task_id: str | None = None, max_tasks: int | None = 1, loop: bool = False
@@ -121,8 +126,9 @@ class Worker:
             done = 0
             while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
                 try:
-                    result = self.run_once()
+                    result = self.run_once(limit=self._batch_limit(max_tasks, done))
                 except ClaimStranded as stranded:
+                    self.waiting.clear()  # their leases run out; then anyone takes them
                     if not loop:
                         raise
                     # A looping worker outlives the server's restart: it waits for the
@@ -137,7 +143,11 @@ class Worker:
                 else:
                     yield result
                     return
+            yield from self.release_waiting()
         finally:
+            if self.waiting:  # an error ends the run: give them back if the database lets
+                with contextlib.suppress(KbError):
+                    self.release_waiting()
             self.heartbeat.close()
             if self._watch is not None:
                 self._watch.close()
@@ -176,28 +186,61 @@ class Worker:
             return poll
         return min(poll, max(MIN_WAIT_SECONDS, (parse_stamp(due) - now).total_seconds()))
 
-    def run_once(self, task_id: str | None = None) -> WorkResult:
+    def _batch_limit(self, max_tasks: int | None, done: int) -> int:
+        """How many small tasks the next claim may take: one when a stage delay lets
+        others watch each task (or race it); never more than --max-tasks leaves."""
+        if self.options.stage_delay > 0:
+            return 1
+        left = BATCH_TASKS if max_tasks is None else max_tasks - done
+        return max(1, min(BATCH_TASKS, left))
+
+    def release_waiting(self, reason: str = "stopped by a signal") -> list[WorkResult]:
+        """Give back the tasks claimed with an earlier one that have not started: each
+        back to queued with its attempt, as a stop releases a running task. One result
+        per task, as for a claim attempt (a claim lost meanwhile: its current row)."""
+        results = []
+        while (claim := self._next_waiting()) is not None:
+            self._told(claim.task.id, claim.release(reason), self.listener.released)
+            record = self._final_record(claim)
+            if record is not None:
+                self.listener.finished(record)
+            results.append(WorkResult(True, self.options.worker_id, claim.task.id, record))
+        return results
+
+    def run_once(self, task_id: str | None = None, limit: int = 1) -> WorkResult:
         worker_id = self.options.worker_id
-        claim = self.claim(task_id)
+        claim = self._next_waiting() or self.claim(task_id, limit)
         if claim is None:
             self.listener.missed(task_id)
             return WorkResult(False, worker_id, task_id, None)
         return WorkResult(True, worker_id, claim.task.id, self.execute(claim))
 
-    def claim(self, task_id: str | None = None) -> Claim | None:
-        """Take the named or the oldest claimable task, and say so (None also when
-        stopped while the database server was away)."""
+    def _next_waiting(self) -> Claim | None:
+        if not self.waiting:
+            return None
+        claim = self.waiting.pop(0)
+        self._announce(claim)
+        return claim
+
+    def claim(self, task_id: str | None = None, limit: int = 1) -> Claim | None:
+        """Take the named or the oldest claimable task (and, `limit` above 1, small
+        ones after it, which wait in `waiting`), and say so (None also when stopped
+        while the database server was away)."""
         try:
-            taken = self._outlasting(lambda: take(self.claimant, task_id))
+            taken = self._outlasting(lambda: take(self.claimant, task_id, limit))
         except StopRequested:
             return None
         for lost_task_id, reason in taken.given_up:
             self.listener.gave_up(lost_task_id, reason)
-        claim = taken.claim
-        if claim is not None:
-            filename = claim.document.filename if claim.document else "(no document)"
-            self.listener.claimed(TaskRecord.from_row(claim.task), filename, claim.reclaimed_from)
+        if not taken.claims:
+            return None
+        claim, *self.waiting = taken.claims
+        self._announce(claim)
         return claim
+
+    def _announce(self, claim: Claim) -> None:
+        filename = claim.document.filename if claim.document else "(no document)"
+        self.listener.claimed(TaskRecord.from_row(claim.task), filename, claim.reclaimed_from)
 
     def execute(self, claim: Claim) -> TaskRecord | None:
         """Run the claimed task's stages and end the attempt: completed, failed (or
@@ -205,24 +248,30 @@ class Worker:
         lost. The final task record; None when the task is gone (its document was
         deleted while it ran)."""
         task_id = claim.task.id
-        self.heartbeat.watch(claim)
+        claim.started()
+        self.heartbeat.watch(claim, *self.waiting)
         try:
             self._run_attempt(claim)
         except ActorDisabled:  # from a write, a checkpoint, or an ending's write
             reason = f"user {self.kb.actor.name} is disabled"
             self._told(task_id, claim.release(reason), self.listener.released)
+            self.release_waiting(reason)
             raise self.claimant.refusal(task_id) from None
         finally:
-            self.heartbeat.watch(None)
+            self.heartbeat.watch(*self.waiting)
+        record = self._final_record(claim)
+        if record is not None:
+            self.listener.finished(record)
+        return record
+
+    def _final_record(self, claim: Claim) -> TaskRecord | None:
+        """The task's record as the attempt left it; None when the task is gone."""
         final = claim.final_row
         if final is None:  # the claim was lost: someone else wrote the last state
             with self.kb.db.read() as conn:
-                final = queries.get_task(conn, task_id)
-        if final is None:  # ... and its document was deleted since: no task to show
-            return None
-        record = TaskRecord.from_row(final)
-        self.listener.finished(record)
-        return record
+                final = queries.get_task(conn, claim.task.id)
+        # ... and None when its document was deleted since: no task to show
+        return None if final is None else TaskRecord.from_row(final)
 
     def _run_attempt(self, claim: Claim) -> None:
         """The stages and the ending of one attempt; ActorDisabled goes to the caller,

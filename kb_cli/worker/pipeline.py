@@ -63,7 +63,7 @@ class ChunkSink(Protocol):
     def purge_chunks(self) -> None: ...
     def store_chunks(self, rows: list[dict[str, Any]], done: int, total: int) -> None: ...
     def saved_parse(self, parser_key: str) -> bytes | None: ...
-    def save_parse(self, parser_key: str, payload: bytes, chunks: int) -> None: ...
+    def save_parse(self, parser_key: str, chunks: list[ChunkText]) -> None: ...
 
 
 def describe_error(error: BaseException) -> str:
@@ -124,7 +124,7 @@ class Pipeline:
         if chunks is None:
             with self.download(document) as path:
                 chunks = self.parse(path, document.content_type)
-            self.sink.save_parse(parser_key, artefacts.encode(chunks), len(chunks))
+            self.sink.save_parse(parser_key, chunks)
         chunks = with_context(chunks, document.filename)
         return self.index(chunks, self.embed(chunks))
 

@@ -69,3 +69,23 @@ def test_a_refusal_is_recorded_briefly_on_the_command_s_own_connection(invoke, r
     waits = [s for s in trace.statements if s.startswith("PRAGMA busy_timeout")]
     assert waits[1:] == ["PRAGMA busy_timeout = 100", waits[0]]
     assert any(s.startswith("INSERT INTO audit_events") for s in trace.statements)
+
+
+def test_a_drain_of_tiny_tasks_costs_about_one_transaction_each(invoke, tmp_path):
+    """Tiny tasks are claimed several per transaction, and a quick parse is not kept
+    when its attempt succeeds: a task's own transaction is its completion."""
+    paths = []
+    for i in range(40):
+        path = tmp_path / f"tiny-{i}.txt"
+        path.write_text(f"Tiny note {i} about invoices.\n", encoding="utf-8")
+        paths.append(str(path))
+    assert invoke("upload", *paths, "--submit").code == 0
+    with sql_traced() as trace:
+        result = invoke("work", "--drain", "--json")
+    assert result.code == 0 and len(result.stdout.splitlines()) == 41  # and the last look
+    claims = sum(
+        s.startswith("UPDATE ingestion_tasks SET status = 'running'") for s in trace.statements
+    )
+    assert claims == 40
+    assert trace.transactions <= 40 + 40 / 8 + 5  # completions, claims (a few), start
+    assert not any("INSERT INTO parse_artefacts" in s for s in trace.statements)

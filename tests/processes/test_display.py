@@ -129,3 +129,22 @@ def test_demo_json_is_json_lines_with_a_summary():
     assert {row["filename"] for row in summary} >= {"damaged.pdf", "faq.txt"}
     races = [record for record in records if record["step"] == "race"]
     assert all(record["winner"] != record["loser"] for record in races)
+
+
+def test_a_bulk_upload_draws_a_bar_on_a_terminal_and_nothing_more_in_a_pipe(tmp_path):
+    paths = []
+    for i in range(30):
+        path = tmp_path / f"note-{i:02d}.txt"
+        path.write_text(f"Note {i} about invoices.\n")
+        paths.append(str(path))
+    code, screen = run_in_terminal("upload", *paths[:15], "--base", "default")
+    assert code == 0 and "storing files" not in ANSI.sub("", screen)  # a few: no bar
+    code, screen = run_in_terminal("upload", *paths)
+    assert code == 0
+    text = ANSI.sub("", screen)
+    assert "storing files" in text and "100%" in text
+    assert text.count("note-") >= 30  # the records are still printed, one per file
+    piped = run_kb("upload", *paths, "--submit", "--json")
+    assert piped.code == 0 and "storing files" not in piped.stderr
+    assert "\x1b[" not in piped.stderr + piped.stdout
+    assert [json.loads(line)["status"] for line in piped.stdout.splitlines()] == ["queued"] * 30

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 
 from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until, write_lock_held
 
@@ -106,3 +108,45 @@ def test_a_missed_claim_by_prefix_logs_the_full_task_id(tmp_path):
     assert missed.code == 0 and missed.record["claimed"] is False
     assert missed.record["task_id"] == task["task_id"]
     assert f"claim missed task={task['task_id']} worker=" in missed.stderr
+
+
+def test_a_signal_gives_back_the_small_tasks_a_worker_claimed_ahead(tmp_path):
+    """A drain claims tiny tasks several at a time; SIGTERM while it holds some gives
+    each one back (queued, attempt 0), one JSON line per task, none left running."""
+    tasks = upload(tmp_path, 80)
+    out_path, err_path = tmp_path / "out.jsonl", tmp_path / "err.log"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        worker = start_kb("work", "--drain", "--worker-id", "W", "--json", stdout=out, stderr=err)
+        held = 0
+        try:
+            while held < 2 and worker.poll() is None:  # paused while it holds a batch
+                time.sleep(0.05)
+                worker.send_signal(signal.SIGSTOP)
+                held = _running_count()
+                if held < 2:
+                    worker.send_signal(signal.SIGCONT)
+            worker.send_signal(signal.SIGTERM)
+        finally:
+            worker.send_signal(signal.SIGCONT)
+        assert worker.wait(timeout=60) == 0, err_path.read_text()[-2000:]
+    assert held >= 2, "the worker never held two claims at once"
+    rows = db_rows("SELECT id, status, attempt, worker_id FROM ingestion_tasks")
+    assert {row["status"] for row in rows} <= {"succeeded", "queued"}
+    released = [row for row in rows if row["status"] == "queued"]
+    assert released and all(row["attempt"] == 0 and row["worker_id"] is None for row in released)
+    lines = [json.loads(line) for line in out_path.read_text().splitlines()]
+    claimed = {line["task_id"]: line["task"]["status"] for line in lines if line["claimed"]}
+    claims = db_rows("SELECT DISTINCT entity_id FROM audit_events WHERE action = 'claim'")
+    assert sorted(claimed) == sorted(row["entity_id"] for row in claims)  # one line each
+    assert {claimed[row["id"]] for row in released if row["id"] in claimed} <= {"queued"}
+    log = err_path.read_text()
+    assert log.count("released task=") == sum(s == "queued" for s in claimed.values())
+    finished = run_kb("work", "--drain", "--json")
+    assert finished.code == 0
+    assert {row["status"] for row in db_rows("SELECT status FROM ingestion_tasks")} == {"succeeded"}
+    assert len(rows) == len(tasks)
+
+
+def _running_count() -> int:
+    [row] = db_rows("SELECT count(*) AS n FROM ingestion_tasks WHERE status = 'running'")
+    return int(row["n"])

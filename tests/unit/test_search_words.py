@@ -103,7 +103,7 @@ def test_one_hit_per_document_keeps_the_best():
 
 def test_local_model_gives_wordllamas_own_vectors():
     """The same vectors as WordLlama's own inference, for a query and for long chunks
-    in both scripts (the batch path that counts tokens instead of gathering rows)."""
+    in both scripts (a batch that gathers rows, and one that counts tokens instead)."""
     from safetensors.numpy import load_file
     from tokenizers import Tokenizer
     from wordllama.inference import WordLlamaInference
@@ -114,8 +114,9 @@ def test_local_model_gives_wordllamas_own_vectors():
         Tokenizer.from_file(str(package / TOKENIZER_FILE)),
     )
     short = ["How can I protect a PDF with a password?", "出差回来后最迟多久要提交报销？"]
-    long = [("知识库入库流程很重要。" * 80)[:800], ("Backups run nightly. " * 40)[:800]] * 20
-    for texts in (short, long):
+    chinese, english = ("知识库入库流程很重要。" * 80)[:800], ("Backups run nightly. " * 40)[:800]
+    long = [chinese, english] * 20  # 26,000 tokens: gathered; doubled, counted
+    for texts in (short, long, long * 2):
         ours = LocalEmbedder().embed(texts)
         theirs = reference.embed(texts, norm=True)
         assert ours.shape == (len(texts), 256)
