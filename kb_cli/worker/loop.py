@@ -4,6 +4,7 @@ embeds or sleeps."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -25,7 +26,7 @@ from kb_cli.errors import (
     TaskFailure,
     UsageError,
 )
-from kb_cli.lifecycle import ErrorCode, Stage
+from kb_cli.lifecycle import ErrorCode, Stage, TaskStatus
 from kb_cli.records import TaskRecord, WorkResult
 from kb_cli.worker.claim import Claim, Claimant, take
 from kb_cli.worker.heartbeat import Heartbeat
@@ -222,7 +223,26 @@ class Worker:
             return None
         record = TaskRecord.from_row(final)
         self.listener.finished(record)
+        if record.status == TaskStatus.SUCCEEDED:
+            self._fold_vectors()
         return record
+
+    def _fold_vectors(self) -> None:
+        """After a task's chunks are committed, with no transaction open: build or
+        extend the SQLite home's vector index when it is due (kb_cli/vectors/signfile.py).
+        A failure here fails no task: search scans exactly until the index is current."""
+        settings = self.kb.settings
+        if not settings.is_sqlite or self.kb.embedder is None:
+            return
+        from kb_cli.vectors.signfile import directory_for, fold_if_due
+
+        with contextlib.suppress(OSError):  # a full disk: the index waits for space
+            fold_if_due(
+                self.kb.db,
+                directory_for(settings),
+                self.kb.embedder.model,
+                settings.vector_index_min_chunks,
+            )
 
     def _run_attempt(self, claim: Claim) -> None:
         """The stages and the ending of one attempt; ActorDisabled goes to the caller,
