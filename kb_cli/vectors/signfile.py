@@ -45,9 +45,11 @@ Nearest = Callable[[Connection, str, "np.ndarray", int, Scope, float], list[Scor
 
 MAGIC, END = b"KBVECIX1", b"KBVECEND"
 ALIGN = 64
-# Hamming candidates rescored in half precision, per result sought (at least ROUGH_MIN):
-# recall@10 against the exact ranking at 100k real chunks is in benchmarks/README.md.
-ROUGH_PER_RESULT, ROUGH_MIN = 40, 2000
+# Hamming candidates rescored in half precision, per result sought, at least ROUGH_MIN
+# and at least one in ROUGH_SHARE of the index (sign bits tell fewer of the nearest
+# apart as the index grows): recall@10 against the exact ranking is 0.98 at 100k real
+# chunks (benchmarks/README.md, "A vector index on SQLite").
+ROUGH_PER_RESULT, ROUGH_MIN, ROUGH_SHARE = 40, 2000, 50
 # Candidates checked against the database: first this many per result sought, doubled
 # while too few survive (another base, an unpublished revision, a deleted chunk) ...
 CHECK_PER_RESULT = 2
@@ -58,8 +60,13 @@ CHECK_BOUND_PER_RESULT = 64
 # floor by its rounded score cannot reach the floor.
 ROUNDING = 0.01
 READ_BATCH = 20_000  # vectors per statement while building
-# The worker folds newer chunks into the index once this many wait in the delta.
+# The worker folds newer chunks into the index once this many wait in the delta (it
+# looks after its first task, then at most every FOLD_CHECK_SECONDS) ...
 FOLD_CHUNKS = 5_000
+FOLD_CHECK_SECONDS = 5.0
+# ... and writes the index anew instead when more than this share of what it would
+# hold is gone from the database (deleted documents, superseded revisions).
+GONE_SHARE = 0.25
 
 
 def directory_for(settings: Settings) -> Path:
@@ -206,7 +213,7 @@ def _candidates(
     """The nearest indexed chunks the database lets this search see, with their stored
     vectors: at least `depth` of them when there are, checked in order of their rounded
     similarity; None when too many had to be checked (the exact scan answers)."""
-    rough = max(ROUGH_MIN, ROUGH_PER_RESULT * depth)
+    rough = max(ROUGH_MIN, ROUGH_PER_RESULT * depth, index.header.count // ROUGH_SHARE)
     positions, similarity = index.approximate(query, rough)
     ids: list[int] = []
     blobs: list[bytes] = []
@@ -398,17 +405,20 @@ def fold_if_due(db: Database, directory: Path, model: str, min_chunks: int) -> b
         if dim is None:
             return False
         index = read_index(index_path(directory, model, dim))
+        incremental = True
         if index is not None and index.current(conn):
             delta = queries.count_vectors(conn, model, dim, index.header.watermark)
             if delta < FOLD_CHUNKS:
                 return False
+            live = queries.count_vectors(conn, model, dim)
+            incremental = index.header.count + delta <= (1 + GONE_SHARE) * live
         elif queries.newest_chunk_id(conn) < min_chunks or (
             queries.count_vectors(conn, model, dim) < min_chunks
         ):
             return False
     try:
         with writing(directory, wait=False):
-            build(db, directory, model, dim)
+            build(db, directory, model, dim, incremental)
     except IndexBusy:
         return False
     return True

@@ -8,6 +8,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
@@ -107,6 +108,7 @@ class Worker:
         self.claimant = Claimant(kb, options, self.stop)
         self.heartbeat = Heartbeat(options.lease_seconds / 3)
         self._watch: Watch | None = None
+        self._vectors_checked: float | None = None  # when it last looked (monotonic)
 
     def run(
         self, task_id: str | None = None, max_tasks: int | None = 1, loop: bool = False
@@ -234,7 +236,14 @@ class Worker:
         settings = self.kb.settings
         if not settings.is_sqlite or self.kb.embedder is None:
             return
-        from kb_cli.vectors.signfile import directory_for, fold_if_due
+        from kb_cli.vectors.signfile import FOLD_CHECK_SECONDS, directory_for, fold_if_due
+
+        # After its first task, then at most every few seconds: a drain of thousands of
+        # tiny documents pays for the look once in a while, not once a task.
+        now = time.monotonic()
+        if self._vectors_checked is not None and now - self._vectors_checked < FOLD_CHECK_SECONDS:
+            return
+        self._vectors_checked = now
 
         with contextlib.suppress(OSError):  # a full disk: the index waits for space
             fold_if_due(
