@@ -2,7 +2,7 @@
 of N chunks of real text with real vectors (benchmarks/README.md, "A vector index on
 SQLite").
 
-    uv run python benchmarks/vector_index.py VECTORS.npy TEXTS.jsonl N [WORK_DIR]
+    uv run python benchmarks/vector_index.py VECTORS.npy TEXTS.jsonl N [WORK_DIR [QUESTIONS]]
 
 VECTORS.npy: float16 rows made by kb's built-in model from TEXTS.jsonl's `context` and
 `text` (one JSON object a line, same order), e.g. Python sources cut by kb's chunker.
@@ -54,7 +54,7 @@ def main() -> None:
     with writing(directory, wait=True):
         report = build(kb.db, directory, model, 256, incremental=False)
     build_seconds = time.perf_counter() - started
-    questions = _questions(texts_file, n)
+    questions = _questions(texts_file, n)[: int(sys.argv[5]) if len(sys.argv) > 5 else None]
     queries = [kb.embedder.embed_query(question) for question in questions]
     exact, index = ExactScan(), SignFileIndex(directory, _no_fallback)
     timings: dict[str, list[float]] = {"exact": [], "index": []}
@@ -80,7 +80,7 @@ def main() -> None:
         ms = sorted(1000 * value for value in values)
         out[f"{name}_p50_ms"] = round(statistics.median(ms), 1)
         out[f"{name}_p95_ms"] = round(ms[int(0.95 * (len(ms) - 1))], 1)
-    out |= _processes(env, questions[:7], directory)
+    out |= _processes(env, questions[:5], directory)
     print(json.dumps(out, indent=1))
 
 

@@ -84,14 +84,24 @@ def test_no_search_sees_what_a_committed_change_took_away(invoke, tmp_path, monk
         threading.Thread(target=searcher, args=(modes,))
         for modes in [("vector", "hybrid"), ("vector", "lexical")][:SEARCH_THREADS]
     ]
+
+    def searched_since(moment: float) -> None:
+        """Until a search that began after `moment` has finished (the machine may be
+        slow: no fixed pause decides what is tested)."""
+        deadline = time.monotonic() + 60
+        while not any(began > moment for began, _found in list(seen)):
+            assert not failures and time.monotonic() < deadline, failures
+            time.sleep(0.01)
+
+    started = time.monotonic()
     for thread in threads:
         thread.start()
     try:
-        time.sleep(0.3)
+        searched_since(started)
         for name, args in changes:
             _ok(invoke(*args, token=admin))
             committed[name] = time.monotonic()
-            time.sleep(0.25)
+            searched_since(committed[name])
     finally:
         stop.set()
         for thread in threads:
