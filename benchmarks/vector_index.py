@@ -144,6 +144,19 @@ def _make_home(home: Path, env: dict[str, str], vectors_file: str, texts_file: s
     db.close()
 
 
+def _high_water_mib(pid: int) -> float:
+    """The peak resident memory of a running process's own image (VmHWM: reset at exec,
+    unlike a child's ru_maxrss, which starts from its parent's)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _processes(env: dict[str, str], questions: list[str], directory: Path) -> dict[str, float]:
     """Whole `kb search --mode vector` processes, with the index and without it: median
     wall time, and the peak resident memory of the process."""
@@ -160,10 +173,13 @@ def _processes(env: dict[str, str], questions: list[str], directory: Path) -> di
                     [sys.executable, "-m", "kb_cli", "search", question, "--mode", "vector",
                      "--json"], env=env, stdout=subprocess.DEVNULL,
                 )  # fmt: skip
-                _, status, usage = os.wait4(child.pid, 0)
+                peak = 0.0
+                while child.poll() is None:
+                    peak = max(peak, _high_water_mib(child.pid))
+                    time.sleep(0.005)
                 walls.append(time.perf_counter() - began)
-                peaks.append(usage.ru_maxrss / 1024)
-                assert status == 0
+                peaks.append(peak)
+                assert child.returncode == 0
         finally:
             if name == "exact":
                 hidden.rename(directory)
