@@ -173,14 +173,16 @@ class SignFileIndex:
         found = _candidates(conn, index, model, query, depth, scope, floor)
         if found is None:  # the scope keeps too few of the nearest: it is small
             return self.fallback(conn, model, query, depth, scope, floor)
-        ids, blobs = found
         delta_ids, delta_blobs = queries.published_vectors(
             conn, model, len(query), scope, after=index.header.watermark
         )
-        ids, blobs = ids + delta_ids, blobs + delta_blobs
-        if not ids:
+        # By id: a damaged file may name a chunk of the delta too.
+        vectors = dict(zip(*found, strict=True)) | dict(zip(delta_ids, delta_blobs, strict=True))
+        if not vectors:
             return []
-        return top_similar(ids, from_blobs(blobs, len(query)), query, floor, depth)
+        return top_similar(
+            list(vectors), from_blobs(list(vectors.values()), len(query)), query, floor, depth
+        )
 
     def open(self, model: str, dim: int) -> LoadedIndex | None:
         """The index file of (model, dim), mapped once per process and again when the
