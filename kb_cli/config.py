@@ -20,6 +20,9 @@ from kb_cli.store.location import S3Location, is_s3
 DEFAULT_MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
 DEFAULT_VECTOR_FLOOR = 0.2
+# Below this many chunks with vectors of a model, a SQLite search scans them all (fast
+# enough: benchmarks/README.md, "A vector index on SQLite") and no index file is built.
+DEFAULT_VECTOR_INDEX_MIN_CHUNKS = 20_000
 # Chunks per write transaction of a worker: the lock is held for milliseconds at any
 # document size, while a small document still costs a single transaction.
 DEFAULT_CHUNK_BATCH = 500
@@ -55,6 +58,7 @@ class Settings:
     # relay`) are woken by commits; KB_WAKE=poll makes them poll only.
     wake: bool = True
     reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS
+    vector_index_min_chunks: int = DEFAULT_VECTOR_INDEX_MIN_CHUNKS
 
     @property
     def is_sqlite(self) -> bool:
@@ -150,6 +154,9 @@ def resolve_settings(
         vector_weight=_optional_number("KB_VECTOR_WEIGHT"),
         wake=_wake(),
         reconnect_seconds=_env_number("KB_RECONNECT_SECONDS", DEFAULT_RECONNECT_SECONDS),
+        vector_index_min_chunks=int(
+            _env_number("KB_VECTOR_INDEX_MIN_CHUNKS", DEFAULT_VECTOR_INDEX_MIN_CHUNKS, int)
+        ),
     )
 
 

@@ -10,6 +10,7 @@ row matched, so the caller can tell a legal transition from a lost race.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
@@ -1235,14 +1236,97 @@ def phrase_chunk_ids(conn: Connection, phrases: list[str], scope: Scope) -> set[
 
 
 def published_vectors(
-    conn: Connection, model: str, dim: int, scope: Scope
+    conn: Connection,
+    model: str,
+    dim: int,
+    scope: Scope,
+    after: int | None = None,
+    among: Sequence[int] | None = None,
 ) -> tuple[list[int], list[bytes]]:
-    """Ids and stored vectors of the published chunks in `scope` embedded by `model`."""
+    """Ids and stored vectors of the published chunks in `scope` embedded by `model`;
+    only those with an id above `after`, or only those `among` the ids given (what a
+    vector index proposed: the database decides which may be seen)."""
     scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = ["c.embedding_model = :model", "c.embedding_dim = :dim", scoped]
+    if after is not None:
+        clauses.append("c.id > :after")
+        params["after"] = after
+    if among is not None:
+        if not among:
+            return [], []
+        clauses.append(f"c.id IN ({', '.join(str(int(chunk_id)) for chunk_id in among)})")
     sql = f"SELECT c.id, c.embedding {_PUBLISHED_CHUNKS}{_where(clauses)}"
     rows = conn.execute(sql, {**params, "model": model, "dim": dim}).all()
     return [row[0] for row in rows], [bytes(row[1]) for row in rows]
+
+
+# --- what a derived vector index was built from (kb_cli/vectors/signfile.py) ---------
+
+
+class IndexMarks(NamedTuple):
+    """What tells a vector index built earlier from the chunks now: whose database,
+    which re-embedding epoch, and the newest chunk it saw (its id and identity)."""
+
+    database_id: str | None
+    epoch: int
+    anchor: str | None  # the identity of the chunk at the watermark, None when gone
+
+
+def index_marks(conn: Connection, watermark: int) -> IndexMarks:
+    row = conn.execute(
+        f"""SELECT (SELECT value FROM kb_meta WHERE key = 'database_id'),
+            (SELECT value FROM kb_meta WHERE key = 'vector_epoch'),
+            c.document_id, c.revision, c.chunk_index, c.task_id, c.embedding
+        FROM (SELECT 1) AS one LEFT JOIN {CHUNKS} AS c ON c.id = :watermark""",
+        {"watermark": watermark},
+    ).first()
+    assert row is not None
+    anchor = None
+    if row[2] is not None:
+        identity = f"{row[2]}:{row[3]}:{row[4]}:{row[5]}:".encode()
+        anchor = hashlib.sha256(identity + bytes(row[6] or b"")).hexdigest()[:32]
+    return IndexMarks(row[0], int(row[1] or 0), anchor)
+
+
+def newest_chunk_id(conn: Connection) -> int:
+    return int(conn.execute(f"SELECT coalesce(max(id), 0) FROM {CHUNKS}").scalar())
+
+
+def vectors_between(
+    conn: Connection, model: str, dim: int, after: int, upto: int, limit: int
+) -> tuple[list[int], list[bytes]]:
+    """Ids and vectors of every chunk (published or not) embedded by `model` with an id
+    in (after, upto], in id order, at most `limit`: what a vector index holds."""
+    rows = conn.execute(
+        f"""SELECT id, embedding FROM {CHUNKS}
+        WHERE id > :after AND id <= :upto AND embedding_model = :model
+          AND embedding_dim = :dim
+        ORDER BY id LIMIT :limit""",
+        {"after": after, "upto": upto, "model": model, "dim": dim, "limit": limit},
+    ).all()
+    return [row[0] for row in rows], [bytes(row[1]) for row in rows]
+
+
+def count_vectors(conn: Connection, model: str, dim: int | None = None, after: int = 0) -> int:
+    """Chunks (published or not) embedded by `model`, with an id above `after`."""
+    clauses = ["id > :after", "embedding_model = :model"]
+    if dim is not None:
+        clauses.append("embedding_dim = :dim")
+    sql = f"SELECT count(*) FROM {CHUNKS}{_where(clauses)}"
+    return int(conn.execute(sql, {"after": after, "model": model, "dim": dim}).scalar())
+
+
+def newest_dim(conn: Connection, model: str) -> int | None:
+    """The dimension of the newest vector `model` made (None: it made none)."""
+    sql = f"""SELECT embedding_dim FROM {CHUNKS} WHERE embedding_model = :model
+        ORDER BY id DESC LIMIT 1"""
+    dim = conn.execute(sql, {"model": model}).scalar()
+    return None if dim is None else int(dim)
+
+
+def embedding_dims(conn: Connection, model: str) -> list[int]:
+    sql = f"SELECT DISTINCT embedding_dim FROM {CHUNKS} WHERE embedding_model = :model"
+    return [int(dim) for dim in conn.execute(sql, {"model": model}).scalars()]
 
 
 def has_published_vectors(conn: Connection, model: str, scope: Scope) -> bool:
@@ -1347,11 +1431,16 @@ def chunks_to_embed(
 
 def set_embeddings(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """rows: {id, embedding, embedding_model, embedding_dim}; chunks deleted meanwhile
-    are simply not found."""
+    are simply not found. Bumps the vector epoch in the same transaction: a vector index
+    built before holds vectors some chunks no longer have, and is stale from the commit."""
     conn.executemany(
         f"UPDATE {CHUNKS} SET embedding = :embedding, embedding_model = :embedding_model,"
         " embedding_dim = :embedding_dim WHERE id = :id",
         rows,
+    )
+    conn.execute(
+        "INSERT INTO kb_meta (key, value) VALUES ('vector_epoch', '1') ON CONFLICT (key)"
+        " DO UPDATE SET value = CAST(CAST(kb_meta.value AS INTEGER) + 1 AS VARCHAR(20))"
     )
 
 

@@ -23,21 +23,34 @@ def reindex(
             help="Embed every chunk that has no vector of the configured model.",
         ),
     ] = False,
+    vectors: Annotated[
+        bool,
+        typer.Option(
+            "--vectors",
+            help="Rebuild the vector index of a SQLite home from the database.",
+        ),
+    ] = False,
     json_out: JsonFlag = False,
 ) -> None:
-    """Re-embed stored chunks after the embedding model changed (admin).
+    """Re-embed stored chunks after the embedding model changed, or rebuild the vector
+    index (admin).
 
     Search compares only vectors of the configured model, so until this has run, chunks
     embedded by another model rank by their words alone. Works in batches; stopped with
-    Ctrl-C, running it again resumes where it stopped.
+    Ctrl-C, running it again resumes where it stopped. --vectors writes a SQLite home's
+    vector index anew (search uses it once it has 20,000 chunks with vectors; the worker
+    keeps it current, `kb doctor` reports it stale).
 
     Example: KB_EMBEDDINGS=openai kb reindex --embeddings
     """
-    from kb_cli.services.reindex import reindex_embeddings
+    from kb_cli.services.reindex import rebuild_vector_index, reindex_embeddings
 
-    if not embeddings:
-        raise UsageError("say what to rebuild: kb reindex --embeddings")
+    if not embeddings and not vectors:
+        raise UsageError("say what to rebuild: kb reindex --embeddings, or --vectors")
     kb = open_kb(ctx, REINDEX, create=False)
+    if vectors and not embeddings:
+        console.print_vector_index(rebuild_vector_index(kb), json_out)
+        return
     progress = console.Progress("embedding") if not json_out else None
     try:
         report = reindex_embeddings(kb, progress or (lambda done, total: None))
@@ -45,6 +58,8 @@ def reindex(
         if progress:
             progress.close()
     console.print_reindex(report, json_out)
+    if vectors:
+        console.print_vector_index(rebuild_vector_index(kb), json_out)
 
 
 DOCTOR = Rule("doctor", ADMINS)

@@ -19,6 +19,7 @@ from kb_cli.console.admin import (
     print_reindex,
     print_upgrade,
     print_users,
+    print_vector_index,
 )
 from kb_cli.console.answers import print_eval, print_search, search_line
 from kb_cli.console.core import (
@@ -105,6 +106,7 @@ __all__ = [
     "print_sync_summary",
     "print_upgrade",
     "print_users",
+    "print_vector_index",
     "report_error",
     "search_line",
     "short",

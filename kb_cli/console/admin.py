@@ -59,12 +59,27 @@ def print_reindex(report: Any, as_json: bool) -> None:
         emit(f"embedded {chunks} of {revisions} with {report.model}")
 
 
+def print_vector_index(reports: list[Any], as_json: bool) -> None:
+    """What `kb reindex --vectors` wrote: one index file per model and dimension."""
+    for report in reports:
+        if as_json:
+            write_json(report)
+        elif report.chunks:
+            size = f"{report.bytes / 2**20:.1f} MiB"
+            emit(f"indexed {counted(report.chunks, 'vector')} of {report.model} ({size})")
+        else:
+            emit(f"no vectors of {report.model} at {report.dim} dimensions to index")
+    if not reports and not as_json:
+        emit("no vectors of the configured model to index")
+
+
 # What a person does about each kind of problem `kb doctor` reports (a kind whose
 # detail already says it, such as changed_object, has none here).
 NEXT_STEPS = {
     "expired_lease": "a running `kb work` takes it over, or `kb doctor --repair` requeues it now",
     "orphan_object": "`kb doctor --repair` moves it to the quarantine",
     "stray_chunks": "`kb doctor --repair` deletes them",
+    "vector_index": "`kb doctor --repair` or `kb reindex --vectors` rebuilds it",
     "stray_artefact": "`kb doctor --repair` deletes it",
     "unfinished_delete": "`kb doctor --repair` finishes the delete",
     "missing_object": "upload the file again with `kb upload FILE --replace {short}`, or check "

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.db import Connection, format_stamp
-from kb_cli.errors import RepairRefused
+from kb_cli.errors import RepairRefused, UsageError
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
 from kb_cli.services import removal
 from kb_cli.transitions import requeue_task
+from kb_cli.vectors import signfile
 
 # Documents search must never serve: unpublished, or on their way out.
 NOT_SERVED = (DocStatus.ARCHIVED, DocStatus.DELETING)
@@ -68,6 +69,7 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         referenced = queries.object_keys(conn)
         database_id = queries.database_id(conn)
     found += _objects(kb, referenced, deleting) + _foreign_store(kb, database_id)
+    found += _vector_index(kb)
     if verify:
         missing = {problem.id for problem in found if problem.kind == "missing_object"}
         present = {key: id_ for key, id_ in referenced.items() if id_ not in missing | deleting}
@@ -347,8 +349,43 @@ def _require_own_store(kb: Kb, database_id: str | None, referenced: dict[str, st
         )
 
 
+def _vector_index(kb: Kb) -> list[Problem]:
+    """A SQLite home with enough vectors of the configured model (KB_VECTOR_INDEX_MIN_CHUNKS)
+    and no current index file for them: search still answers, by the exact scan, and
+    slower (kb_cli/vectors/signfile.py). Repair rebuilds it."""
+    if not kb.settings.is_sqlite or kb.settings.embeddings.provider == "none":
+        return []
+    try:
+        model = kb.embedder.model if kb.embedder is not None else None
+    except UsageError:
+        return []  # a misconfigured provider: its own commands say so
+    if model is None:
+        return []
+    return [
+        Problem(
+            "vector_index",
+            f"{state.model}/{state.dim}",
+            f"the vector index of {state.model} ({state.vectors} vectors) is {state.state}: "
+            "search reads every vector",
+        )
+        for state in signfile.states(kb.db, signfile.directory_for(kb.settings), model)
+        if state.state != "current" and state.vectors >= kb.settings.vector_index_min_chunks
+    ]
+
+
+def _rebuild_vector_index(kb: Kb, problem: Problem) -> bool:
+    model, _, dim = problem.id.rpartition("/")
+    directory = signfile.directory_for(kb.settings)
+    with signfile.writing(directory, wait=True):
+        signfile.build(kb.db, directory, model, int(dim), incremental=False)
+    return True
+
+
 def _repair(kb: Kb, problem: Problem) -> bool:
-    """Fix what cannot lose data: orphans (quarantined), stray chunks, dead workers' tasks."""
+    """Fix what cannot lose data: orphans (quarantined), stray chunks, dead workers'
+    tasks, a vector index (derived from the database)."""
+    if problem.kind == "vector_index":
+        return _rebuild_vector_index(kb, problem)
     if problem.kind == "orphan_object":
         kb.store.quarantine(problem.id)
         return True

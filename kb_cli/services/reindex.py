@@ -1,4 +1,5 @@
-"""`kb reindex --embeddings`: give every stored chunk a vector of the configured model.
+"""`kb reindex --embeddings`: give every stored chunk a vector of the configured model;
+`kb reindex --vectors`: rebuild a SQLite home's vector index from the database.
 
 After the embedding model changes, search compares only vectors of the new model, so
 chunks embedded by the old one rank by words alone until this has run. It works in
@@ -18,6 +19,7 @@ from kb_cli.app import Kb
 from kb_cli.chunking import contextual_text
 from kb_cli.embeddings import to_blob
 from kb_cli.errors import UsageError
+from kb_cli.vectors.signfile import BuildReport, build, directory_for, writing
 
 
 @dataclass
@@ -62,3 +64,23 @@ def reindex_embeddings(kb: Kb, on_progress: Callable[[int, int], None]) -> Reind
             done += len(batch)
             on_progress(done, total)
     return ReindexReport(embedder.model, len(revisions), done)
+
+
+def rebuild_vector_index(kb: Kb) -> list[BuildReport]:
+    """Write the vector index of the configured model anew from the database (every
+    dimension it has vectors in), whatever its size: the index is derived, and this is
+    how it is made current at once (kb_cli/vectors/signfile.py). Waits for another
+    process writing it."""
+    embedder = kb.embedder
+    if embedder is None:
+        raise UsageError("embeddings are off (KB_EMBEDDINGS=none): there are no vectors to index")
+    if not kb.settings.is_sqlite:
+        raise UsageError(
+            "kb reindex --vectors builds the vector index of a SQLite home; "
+            "on PostgreSQL the database indexes vectors itself"
+        )
+    directory = directory_for(kb.settings)
+    with kb.db.read() as conn:
+        dims = queries.embedding_dims(conn, embedder.model)
+    with writing(directory, wait=True):
+        return [build(kb.db, directory, embedder.model, dim, incremental=False) for dim in dims]

@@ -55,5 +55,11 @@ class ExactScan:
 
 
 def make_vector_index(settings: Settings) -> VectorIndex:
-    """The index search uses on this knowledge base."""
+    """The index search uses on this knowledge base: on SQLite, the derived index file
+    beside the database when there is a current one (kb_cli/vectors/signfile.py), else
+    the exact scan."""
+    if settings.is_sqlite:
+        from kb_cli.vectors.signfile import SignFileIndex, directory_for
+
+        return SignFileIndex(directory_for(settings), ExactScan().nearest)
     return ExactScan()

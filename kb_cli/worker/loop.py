@@ -8,6 +8,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
@@ -27,7 +28,7 @@ from kb_cli.errors import (
     TaskFailure,
     UsageError,
 )
-from kb_cli.lifecycle import ErrorCode, Stage
+from kb_cli.lifecycle import ErrorCode, Stage, TaskStatus
 from kb_cli.records import TaskRecord, WorkResult
 from kb_cli.worker.claim import BATCH_TASKS, Claim, Claimant, take
 from kb_cli.worker.heartbeat import Heartbeat
@@ -111,6 +112,7 @@ class Worker:
         # Small tasks claimed with an earlier one (claim.take), in claim order: each
         # runs in its turn, and a stop gives back those that have not started.
         self.waiting: list[Claim] = []
+        self._vectors_checked: float | None = None  # when it last looked (monotonic)
 
     def run(
         self, task_id: str | None = None, max_tasks: int | None = 1, loop: bool = False
@@ -262,6 +264,8 @@ class Worker:
         record = self._final_record(claim)
         if record is not None:
             self.listener.finished(record)
+            if record.status == TaskStatus.SUCCEEDED:
+                self._fold_vectors()
         return record
 
     def _final_record(self, claim: Claim) -> TaskRecord | None:
@@ -272,6 +276,30 @@ class Worker:
                 final = queries.get_task(conn, claim.task.id)
         # ... and None when its document was deleted since: no task to show
         return None if final is None else TaskRecord.from_row(final)
+
+    def _fold_vectors(self) -> None:
+        """After a task's chunks are committed, with no transaction open: build or
+        extend the SQLite home's vector index when it is due (kb_cli/vectors/signfile.py).
+        A failure here fails no task: search scans exactly until the index is current."""
+        settings = self.kb.settings
+        if not settings.is_sqlite or self.kb.embedder is None:
+            return
+        from kb_cli.vectors.signfile import FOLD_CHECK_SECONDS, directory_for, fold_if_due
+
+        # After its first task, then at most every few seconds: a drain of thousands of
+        # tiny documents pays for the look once in a while, not once a task.
+        now = time.monotonic()
+        if self._vectors_checked is not None and now - self._vectors_checked < FOLD_CHECK_SECONDS:
+            return
+        self._vectors_checked = now
+
+        with contextlib.suppress(OSError):  # a full disk: the index waits for space
+            fold_if_due(
+                self.kb.db,
+                directory_for(settings),
+                self.kb.embedder.model,
+                settings.vector_index_min_chunks,
+            )
 
     def _run_attempt(self, claim: Claim) -> None:
         """The stages and the ending of one attempt; ActorDisabled goes to the caller,

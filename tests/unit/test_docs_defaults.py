@@ -48,6 +48,7 @@ VARIABLES: dict[str, Callable[[Settings], object]] = {
     "KB_EMBEDDING_TIMEOUT": lambda s: s.embeddings.timeout_seconds,
     "KB_RERANK_TIMEOUT": lambda s: s.rerank.timeout_seconds,
     "KB_RERANK_DEPTH": lambda s: s.rerank.depth,
+    "KB_VECTOR_INDEX_MIN_CHUNKS": lambda s: s.vector_index_min_chunks,
 }
 
 

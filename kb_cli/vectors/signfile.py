@@ -1,0 +1,448 @@
+"""A vector index for SQLite homes, derived from the database: one file per embedding
+model and dimension beside the database file, holding for every chunk with such a
+vector up to a watermark chunk id its id, one bit per dimension (the sign), and the
+vector in half precision. Chosen on measurement (benchmarks/README.md, "A vector index
+on SQLite"): memory-mapped, so a `kb search` process opens it in microseconds, and
+needs nothing beyond numpy.
+
+A search ranks every sign code by Hamming distance to the query's (32 bytes a chunk),
+rescores the nearest few thousand by their half-precision vectors, and asks the
+database about the best of those in order, in the search's own read transaction:
+only a chunk of a published revision, in the caller's scope, embedded by the model,
+survives, and its score is computed from the vector the database holds. Chunks newer
+than the watermark (the delta) are scanned exactly. A file that is missing, damaged,
+of another database, or stale (a re-embedding bumped the epoch; the chunk at its
+watermark changed, so ids may have been reused) is not used: the exact scan answers.
+The database stays the only source of truth; deleting the directory loses nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kb_cli import queries
+from kb_cli.db import Connection, Database
+from kb_cli.embeddings import VECTOR_DTYPE, from_blobs
+from kb_cli.permissions import Scope
+from kb_cli.ranking import Scored, top_similar
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from kb_cli.config import Settings
+
+# What the search falls back to: the exact scan (kb_cli/vectors/__init__.py).
+Nearest = Callable[[Connection, str, "np.ndarray", int, Scope, float], list[Scored]]
+
+MAGIC, END = b"KBVECIX1", b"KBVECEND"
+ALIGN = 64
+# Hamming candidates rescored in half precision, per result sought, at least ROUGH_MIN
+# and at least one in ROUGH_SHARE of the index (sign bits tell fewer of the nearest
+# apart as the index grows): recall@10 against the exact ranking is 0.98 at 100k real
+# chunks (benchmarks/README.md, "A vector index on SQLite").
+ROUGH_PER_RESULT, ROUGH_MIN, ROUGH_SHARE = 40, 2000, 50
+# Candidates checked against the database: first this many per result sought, doubled
+# while too few survive (another base, an unpublished revision, a deleted chunk) ...
+CHECK_PER_RESULT = 2
+# ... up to this many per result; a scope that keeps fewer is small, and its exact scan
+# cheap.
+CHECK_BOUND_PER_RESULT = 64
+# Half precision rounds a similarity by about 1e-3: a candidate this far below the
+# floor by its rounded score cannot reach the floor.
+ROUNDING = 0.01
+READ_BATCH = 20_000  # vectors per statement while building
+# The worker folds newer chunks into the index once this many wait in the delta (it
+# looks after its first task, then at most every FOLD_CHECK_SECONDS) ...
+FOLD_CHUNKS = 5_000
+FOLD_CHECK_SECONDS = 5.0
+# ... and writes the index anew instead when more than this share of what it would
+# hold is gone from the database (deleted documents, superseded revisions).
+GONE_SHARE = 0.25
+
+
+def directory_for(settings: Settings) -> Path:
+    """Where a SQLite database's vector indexes live: beside its file, so they move
+    with it (`kb.sqlite3-vectors/`)."""
+    from kb_cli.engines.sqlite import database_path
+
+    path = Path(database_path(settings.database_url))
+    return path.with_name(path.name + "-vectors")
+
+
+def index_path(directory: Path, model: str, dim: int) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", model)[:60]
+    return directory / f"{slug}-{zlib.crc32(model.encode()):08x}-{dim}.kbv"
+
+
+@dataclass(frozen=True)
+class Header:
+    model: str
+    dim: int
+    count: int
+    watermark: int  # every chunk with a vector of the model up to this id is inside
+    database_id: str | None
+    epoch: int
+    anchor: str | None  # the identity of the chunk at the watermark when built
+
+    @property
+    def words(self) -> int:
+        return (self.dim + 63) // 64
+
+    def body_bytes(self) -> int:
+        return self.count * (8 + 8 * self.words + 2 * self.dim)
+
+
+class LoadedIndex:
+    """An index file, memory-mapped: the ids (ascending), the sign codes one machine
+    word column at a time (a contiguous pass per word), the half-precision vectors."""
+
+    def __init__(self, path: Path, header: Header, offset: int, stamp: tuple[int, ...]) -> None:
+        import numpy as np
+
+        self.header, self.stamp = header, stamp
+        n, words, dim = header.count, header.words, header.dim
+        self.ids = np.memmap(path, dtype="<i8", mode="r", offset=offset, shape=(n,))
+        offset += 8 * n
+        self.codes = np.memmap(path, dtype="<u8", mode="r", offset=offset, shape=(words, n))
+        offset += 8 * words * n
+        self.halves = np.memmap(path, dtype=VECTOR_DTYPE, mode="r", offset=offset, shape=(n, dim))
+
+    def current(self, conn: Connection) -> bool:
+        marks = queries.index_marks(conn, self.header.watermark)
+        return (marks.database_id, marks.epoch, marks.anchor) == (
+            self.header.database_id,
+            self.header.epoch,
+            self.header.anchor,
+        )
+
+    def approximate(self, query: np.ndarray, rough: int) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of (about) the `rough` sign codes nearest the query's, and their
+        half-precision similarities, best first."""
+        import numpy as np
+
+        n = self.header.count
+        signs = np.packbits(query > 0)
+        signs = np.pad(signs, (0, 8 * self.header.words - signs.size)).view("<u8")
+        distance = np.zeros(n, dtype=np.uint16)
+        scratch, counts = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint8)
+        for word in range(self.header.words):
+            np.bitwise_xor(self.codes[word], signs[word], out=scratch)
+            np.bitwise_count(scratch, out=counts)
+            distance += counts
+        if rough < n:
+            # Every code within the distance that reaches `rough` codes: a histogram of
+            # 257 bins is cheaper than a partition of n.
+            cut = int(np.searchsorted(np.cumsum(np.bincount(distance, minlength=257)), rough))
+            positions = np.flatnonzero(distance <= cut)
+        else:
+            positions = np.arange(n)
+        similarity = self.halves[positions].astype(np.float32) @ query.astype(np.float32)
+        order = np.argsort(-similarity, kind="stable")
+        return positions[order], similarity[order]
+
+
+class SignFileIndex:
+    """The `VectorIndex` of a SQLite home (kb_cli/vectors/__init__.py)."""
+
+    def __init__(self, directory: Path, fallback: Nearest) -> None:
+        self.directory = directory
+        self.fallback = fallback
+        self._loaded: dict[Path, LoadedIndex] = {}
+
+    def nearest(
+        self,
+        conn: Connection,
+        model: str,
+        query: np.ndarray,
+        depth: int,
+        scope: Scope,
+        floor: float,
+    ) -> list[Scored]:
+        index = self.open(model, len(query))
+        if index is None or not index.current(conn):
+            return self.fallback(conn, model, query, depth, scope, floor)
+        found = _candidates(conn, index, model, query, depth, scope, floor)
+        if found is None:  # the scope keeps too few of the nearest: it is small
+            return self.fallback(conn, model, query, depth, scope, floor)
+        delta_ids, delta_blobs = queries.published_vectors(
+            conn, model, len(query), scope, after=index.header.watermark
+        )
+        # By id: a damaged file may name a chunk of the delta too.
+        vectors = dict(zip(*found, strict=True)) | dict(zip(delta_ids, delta_blobs, strict=True))
+        if not vectors:
+            return []
+        return top_similar(
+            list(vectors), from_blobs(list(vectors.values()), len(query)), query, floor, depth
+        )
+
+    def open(self, model: str, dim: int) -> LoadedIndex | None:
+        """The index file of (model, dim), mapped once per process and again when the
+        file was replaced; None when there is none, or it is not a whole index file."""
+        path = index_path(self.directory, model, dim)
+        try:
+            status = path.stat()
+        except OSError:
+            return None
+        stamp = (status.st_ino, status.st_size, status.st_mtime_ns)
+        loaded = self._loaded.get(path)
+        if loaded is not None and loaded.stamp == stamp:
+            return loaded
+        loaded = read_index(path, stamp)
+        if loaded is None or (loaded.header.model, loaded.header.dim) != (model, dim):
+            return None
+        self._loaded[path] = loaded
+        return loaded
+
+
+def _candidates(
+    conn: Connection,
+    index: LoadedIndex,
+    model: str,
+    query: np.ndarray,
+    depth: int,
+    scope: Scope,
+    floor: float,
+) -> tuple[list[int], list[bytes]] | None:
+    """The nearest indexed chunks the database lets this search see, with their stored
+    vectors: at least `depth` of them when there are, checked in order of their rounded
+    similarity; None when too many had to be checked (the exact scan answers)."""
+    rough = max(ROUGH_MIN, ROUGH_PER_RESULT * depth, index.header.count // ROUGH_SHARE)
+    positions, similarity = index.approximate(query, rough)
+    ids: list[int] = []
+    blobs: list[bytes] = []
+    checked, step = 0, CHECK_PER_RESULT * depth
+    while len(ids) < depth and checked < len(positions):
+        if similarity[checked] < floor - ROUNDING:
+            return ids, blobs  # the rest are further still: none reaches the floor
+        if checked >= CHECK_BOUND_PER_RESULT * depth:
+            return None
+        batch = positions[checked : checked + step]
+        found_ids, found_blobs = queries.published_vectors(
+            conn, model, len(query), scope, among=index.ids[batch].tolist()
+        )
+        ids += found_ids
+        blobs += found_blobs
+        checked += len(batch)
+        step *= 2
+    if len(ids) < depth and len(positions) < index.header.count:
+        return None  # every rough candidate checked, too few kept, more not looked at
+    return ids, blobs
+
+
+def read_index(path: Path, stamp: tuple[int, ...] = ()) -> LoadedIndex | None:
+    """The index at `path`, or None when it is missing, truncated, or not one."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(MAGIC) + 4)
+            if len(head) < len(MAGIC) + 4 or head[: len(MAGIC)] != MAGIC:
+                return None
+            length = int.from_bytes(head[len(MAGIC) :], "little")
+            if length > 1 << 16:
+                return None
+            fields = json.loads(file.read(length))
+            header = Header(**fields)
+            offset = _aligned(len(MAGIC) + 4 + length)
+            size = path.stat().st_size
+            if size != offset + header.body_bytes() + len(END):
+                return None
+            file.seek(size - len(END))
+            if file.read(len(END)) != END:
+                return None
+    except (OSError, ValueError, TypeError):
+        return None
+    if header.count <= 0 or header.dim <= 0:
+        return None
+    return LoadedIndex(path, header, offset, stamp)
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // ALIGN) * ALIGN
+
+
+# --- building ------------------------------------------------------------------------
+
+
+@dataclass
+class BuildReport:
+    model: str
+    dim: int
+    chunks: int  # in the index
+    added: int  # read from the database by this build
+    watermark: int
+    path: str
+    bytes: int
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+class IndexBusy(Exception):
+    """Another process is writing this home's vector index."""
+
+
+@contextlib.contextmanager
+def writing(directory: Path, wait: bool) -> Iterator[None]:
+    """The lock of the index directory: one writer at a time, released by the system
+    when its process dies (kill -9 included). Leftover temporary files of a writer
+    that died are removed once the lock is held."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    with (directory / ".lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise IndexBusy from None
+        for leftover in directory.glob(".tmp-*"):
+            leftover.unlink(missing_ok=True)
+        yield
+
+
+def build(
+    db: Database, directory: Path, model: str, dim: int, incremental: bool = True
+) -> BuildReport:
+    """Write the index of (model, dim) from one read snapshot of the database: only the
+    chunks past the watermark of a current index when `incremental`, every chunk
+    otherwise. The caller holds `writing`. No write transaction is held meanwhile."""
+    import numpy as np
+
+    path = index_path(directory, model, dim)
+    previous = read_index(path) if incremental else None
+    with db.read() as conn:
+        if previous is not None and not previous.current(conn):
+            previous = None
+        after = previous.header.watermark if previous is not None else 0
+        watermark = queries.newest_chunk_id(conn)
+        marks = queries.index_marks(conn, watermark)
+        new_ids, new_vectors = _read_vectors(conn, model, dim, after, watermark)
+    ids = [new_ids]
+    halves = [new_vectors]
+    if previous is not None:
+        ids.insert(0, np.asarray(previous.ids))
+        halves.insert(0, np.asarray(previous.halves))
+    all_ids, all_halves = np.concatenate(ids), np.concatenate(halves)
+    if not len(all_ids):  # nothing to index: no file (a search scans exactly)
+        path.unlink(missing_ok=True)
+        return BuildReport(model, dim, 0, 0, watermark, str(path), 0)
+    header = Header(
+        model, dim, len(all_ids), watermark, marks.database_id, marks.epoch, marks.anchor
+    )
+    size = _write(path, header, all_ids, all_halves)
+    return BuildReport(model, dim, len(all_ids), len(new_ids), watermark, str(path), size)
+
+
+def _read_vectors(
+    conn: Connection, model: str, dim: int, after: int, upto: int
+) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
+    id_parts, vector_parts = [np.zeros(0, dtype="<i8")], [np.zeros((0, dim), VECTOR_DTYPE)]
+    while True:
+        ids, blobs = queries.vectors_between(conn, model, dim, after, upto, READ_BATCH)
+        if not ids:
+            break
+        id_parts.append(np.asarray(ids, dtype="<i8"))
+        flat = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE)
+        vector_parts.append(flat.reshape(len(ids), dim))
+        after = ids[-1]
+    return np.concatenate(id_parts), np.concatenate(vector_parts)
+
+
+def _write(path: Path, header: Header, ids: np.ndarray, halves: np.ndarray) -> int:
+    """The whole file under a temporary name, flushed to disk, then renamed over the
+    old one: a reader sees the old file or the new one, never a part (kill -9 of the
+    writer at any point leaves at most a temporary file the next writer removes)."""
+    import numpy as np
+
+    head = json.dumps(header.__dict__).encode()
+    prefix = MAGIC + len(head).to_bytes(4, "little") + head
+    prefix += b"\0" * (_aligned(len(prefix)) - len(prefix))
+    signs = np.packbits(halves > 0, axis=1)
+    signs = np.pad(signs, ((0, 0), (0, 8 * header.words - signs.shape[1])))
+    codes = np.ascontiguousarray(signs.view("<u8").T)
+    temporary = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    with temporary.open("wb") as file:
+        file.write(prefix)
+        file.write(ids.astype("<i8").tobytes())
+        file.write(codes.tobytes())
+        file.write(np.ascontiguousarray(halves, dtype=VECTOR_DTYPE).tobytes())
+        file.write(END)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return path.stat().st_size
+
+
+# --- what doctor and the worker ask ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexState:
+    model: str
+    dim: int
+    vectors: int  # chunks with vectors of (model, dim)
+    state: str  # "current", "missing", "stale", "damaged", "foreign"
+    delta: int  # chunks past the watermark of a current index
+
+
+def fold_if_due(db: Database, directory: Path, model: str, min_chunks: int) -> bool:
+    """What the worker runs after a task: build the index of `model` (at the dimension
+    of its newest vector) when there is none, or a stale one, and the base has at least
+    `min_chunks` such vectors; fold the delta in when FOLD_CHUNKS wait there. Skipped
+    when another process is writing it. Whether it built anything."""
+    with db.read() as conn:
+        dim = queries.newest_dim(conn, model)
+        if dim is None:
+            return False
+        index = read_index(index_path(directory, model, dim))
+        incremental = True
+        if index is not None and index.current(conn):
+            delta = queries.count_vectors(conn, model, dim, index.header.watermark)
+            if delta < FOLD_CHUNKS:
+                return False
+            live = queries.count_vectors(conn, model, dim)
+            incremental = index.header.count + delta <= (1 + GONE_SHARE) * live
+        elif queries.newest_chunk_id(conn) < min_chunks or (
+            queries.count_vectors(conn, model, dim) < min_chunks
+        ):
+            return False
+    try:
+        with writing(directory, wait=False):
+            build(db, directory, model, dim, incremental)
+    except IndexBusy:
+        return False
+    return True
+
+
+def states(db: Database, directory: Path, model: str) -> list[IndexState]:
+    """The index of each dimension `model` has vectors in."""
+    found = []
+    with db.read() as conn:
+        for dim in queries.embedding_dims(conn, model):
+            vectors = queries.count_vectors(conn, model, dim)
+            path = index_path(directory, model, dim)
+            index = read_index(path) if path.exists() else None
+            state, delta = "missing" if not path.exists() else "damaged", 0
+            if index is not None:
+                marks = queries.index_marks(conn, index.header.watermark)
+                if marks.database_id != index.header.database_id:
+                    state = "foreign"
+                elif index.current(conn):
+                    state = "current"
+                    delta = queries.count_vectors(conn, model, dim, index.header.watermark)
+                else:
+                    state = "stale"
+            found.append(IndexState(model, dim, vectors, state, delta))
+    return found
