@@ -55,5 +55,10 @@ class ExactScan:
 
 
 def make_vector_index(settings: Settings) -> VectorIndex:
-    """The index search uses on this knowledge base."""
+    """The index search uses on this knowledge base: pgvector's on PostgreSQL (which
+    scans exactly where the database has no pgvector), the exact scan elsewhere."""
+    if settings.database_url.startswith("postgresql"):
+        from kb_cli.vectors.pgvector import PgVectorIndex
+
+        return PgVectorIndex(ExactScan().nearest)
     return ExactScan()
