@@ -1270,6 +1270,8 @@ def nearest_by_index(
     from kb_cli.embeddings.halfvec import HalfVec
     from kb_cli.migrations.pgvector import indexed_expression, model_condition
 
+    if not conn.engine.indexes_vectors(conn.raw):  # which also lets it send HalfVec
+        return [], []
     conn.execute(
         "SELECT set_config('hnsw.ef_search', :ef_search, true) AS ef_search,"
         " set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan",
