@@ -26,7 +26,7 @@ def test_without_pgvector_search_scans_and_doctor_says_how_to_get_the_index(tmp_
         kb("upload", str(SAMPLES / "faq.txt"), "--submit")
         kb("work", "--drain")
         kb("publish", "--all-reviewed")
-        hits = kb("search", "how do I reset my password", "--mode", "vector", "--json")
+        hits = kb("search", "how long does ingestion of a file take", "--mode", "vector", "--json")
         assert hits.records and {hit["filename"] for hit in hits.records} == {"faq.txt"}
         doctor = kb("doctor", "--json").record
         assert doctor["ok"] is True and doctor["problems"] == []
