@@ -4,6 +4,9 @@ of real text (Python sources of this machine, uploaded as .txt through `kb uploa
 
     eval "$(bash .ci/postgres.sh start /tmp/kb-pgv)"   # PostgreSQL 18 with pgvector
     uv run python benchmarks/pgvector_index.py build --url "$KB_TEST_POSTGRES_URL" --mb 70
+    # stop it with Ctrl-C once it is too slow, then process the rest in bulk:
+    uv run python benchmarks/pgvector_index.py bulk --url "$KB_TEST_POSTGRES_URL" --part 0/2 &
+    uv run python benchmarks/pgvector_index.py bulk --url "$KB_TEST_POSTGRES_URL" --part 1/2
     uv run python benchmarks/pgvector_index.py measure --url "$KB_TEST_POSTGRES_URL"
 
 `build` makes a database `kb_pgvector_bench` on that server (once; again with
