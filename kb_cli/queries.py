@@ -1095,7 +1095,24 @@ def insert_chunks(
     (chunk_index ... embedding_dim)."""
     if rows:
         own = {"document_id": document_id, "revision": revision, "task_id": task_id}
-        conn.executemany(_insert_sql(CHUNKS, _CHUNK_COLUMNS), [{**own, **row} for row in rows])
+        values = [{**own, **row} for row in rows]
+        columns: tuple[str, ...] = _CHUNK_COLUMNS
+        if conn.engine.indexes_vectors(conn.raw):
+            columns += (_HALFVEC,)
+            _with_halfvec(values)
+        conn.executemany(_insert_sql(CHUNKS, columns), values)
+
+
+# PostgreSQL with pgvector: the chunk's vector again, as the halfvec its index reads.
+_HALFVEC = "embedding_hv"
+
+
+def _with_halfvec(rows: list[dict[str, Any]]) -> None:
+    from kb_cli.embeddings.halfvec import HalfVec
+
+    for row in rows:
+        blob = row["embedding"]
+        row[_HALFVEC] = None if blob is None else HalfVec(bytes(blob))
 
 
 def delete_task_chunks(conn: Connection, task_id: str) -> int:
@@ -1329,6 +1346,38 @@ def embedding_dims(conn: Connection, model: str) -> list[int]:
     return [int(dim) for dim in conn.execute(sql, {"model": model}).scalars()]
 
 
+def nearest_by_index(
+    conn: Connection,
+    model: str,
+    dim: int,
+    query: bytes,
+    depth: int,
+    scope: Scope,
+    ef_search: int,
+) -> tuple[list[int], list[bytes]]:
+    """PostgreSQL with pgvector (kb_cli/vectors/pgvector.py): ids and stored vectors of
+    up to `depth` published chunks in `scope` embedded by `model`, nearest the stored
+    vector `query` first by the HNSW index of that model (approximately)."""
+    from kb_cli.embeddings.halfvec import HalfVec
+    from kb_cli.migrations.pgvector import indexed_expression, model_condition
+
+    if not conn.engine.indexes_vectors(conn.raw):  # which also lets it send HalfVec
+        return [], []
+    conn.execute(
+        "SELECT set_config('hnsw.ef_search', :ef_search, true) AS ef_search,"
+        " set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan",
+        {"ef_search": str(ef_search)},
+    )
+    scoped, params = scope_filter(scope, engine=conn.engine)
+    sql = (
+        f"SELECT c.id, c.embedding {_PUBLISHED_CHUNKS}"
+        f"{_where([model_condition(model, dim, 'c.'), scoped])}"
+        f" ORDER BY {indexed_expression(dim, 'c.')} <#> :query LIMIT :depth"
+    )
+    rows = conn.execute(sql, {**params, "query": HalfVec(query), "depth": depth}).all()
+    return [row[0] for row in rows], [bytes(row[1]) for row in rows]
+
+
 def has_published_vectors(conn: Connection, model: str, scope: Scope) -> bool:
     scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = ["c.embedding_model = :model", scoped]
@@ -1433,9 +1482,14 @@ def set_embeddings(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """rows: {id, embedding, embedding_model, embedding_dim}; chunks deleted meanwhile
     are simply not found. Bumps the vector epoch in the same transaction: a vector index
     built before holds vectors some chunks no longer have, and is stale from the commit."""
+    halfvec = ""
+    if conn.engine.indexes_vectors(conn.raw):
+        rows = [dict(row) for row in rows]
+        _with_halfvec(rows)
+        halfvec = f", {_HALFVEC} = :{_HALFVEC}"
     conn.executemany(
         f"UPDATE {CHUNKS} SET embedding = :embedding, embedding_model = :embedding_model,"
-        " embedding_dim = :embedding_dim WHERE id = :id",
+        f" embedding_dim = :embedding_dim{halfvec} WHERE id = :id",
         rows,
     )
     conn.execute(

@@ -123,15 +123,17 @@ class OwnPostgres:
 
 
 @contextlib.contextmanager
-def own_postgres() -> Iterator[OwnPostgres]:
+def own_postgres(server: str | None = None) -> Iterator[OwnPostgres]:
     """A throwaway server for the block (a few seconds to start); its `postgres`
-    database is the test's."""
+    database is the test's. `server="debian"`: Debian's PostgreSQL, which has no
+    pgvector (.ci/postgres.sh, KB_TEST_POSTGRES_SERVER)."""
     import tempfile
 
     directory = tempfile.mkdtemp(prefix="kb-own-pg-")  # not under tmp_path: the server's
     script = str(REPO / ".ci" / "postgres.sh")  # user must reach it
+    env = {**os.environ, "KB_TEST_POSTGRES_SERVER": server or ""}
     started = subprocess.run(
-        ["bash", script, "start", directory], check=True, capture_output=True, text=True
+        ["bash", script, "start", directory], check=True, capture_output=True, text=True, env=env
     )
     url = started.stdout.strip().partition("=")[2]
     try:

@@ -102,6 +102,8 @@ def print_doctor(report: Any, as_json: bool) -> None:
     for problem in report.problems:
         step = NEXT_STEPS.get(problem.kind, "").format(short=short(problem.id))
         emit(f"problem {problem.kind} {problem.id}: {problem.detail}{'; ' + step if step else ''}")
+    for note in report.notes:
+        emit(f"note: {note}")
     if report.ok:
         emit("ok: every invariant holds")
 

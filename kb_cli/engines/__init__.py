@@ -93,6 +93,11 @@ class Engine(Protocol):
     def sqlalchemy_engine(self, url: str, busy_timeout_seconds: float) -> SAEngine: ...
     def lock_for_migration(self, conn: SAConnection) -> None: ...
     def caseless_like(self, column: str, parameter: str) -> str: ...
+
+    def indexes_vectors(self, raw: Any) -> bool:
+        """The database keeps pgvector's halfvec copy of the chunks' vectors
+        (kb_cli/migrations/pgvector.py): chunk writes fill it, search asks its index."""
+
     def meta_condition(
         self, column: str, name: str, key: str, value: str, prefix: bool
     ) -> tuple[str, dict[str, Any]]:

@@ -14,6 +14,7 @@ import json
 import re
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from kb_cli.engines import WATCH_SLICE_SECONDS, candidate_filters
@@ -277,6 +278,29 @@ def meta_condition(
         params = {f"{name}_key": key, f"{name}_value": value}
         return f"starts_with({column} ->> :{name}_key, :{name}_value)", params
     return f"{column} @> CAST(:{name} AS jsonb)", {name: json.dumps({key: value})}
+
+
+_HALFVEC_COLUMN = (
+    "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('chunks')"
+    " AND attname = 'embedding_hv' AND NOT attisdropped"
+)
+_indexes_vectors: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def indexes_vectors(raw: psycopg.Connection) -> bool:
+    """Looked up once per connection (kb keeps its connections), in the caller's
+    transaction; such a connection can then send HalfVec parameters. A connection
+    opened before `kb db upgrade` made the column writes without it: the database's
+    trigger derives it then."""
+    ready = _indexes_vectors.get(raw)
+    if ready is None:
+        ready = raw.execute(_HALFVEC_COLUMN).fetchone() is not None
+        if ready:
+            from kb_cli.embeddings.halfvec import register
+
+            register(raw)
+        _indexes_vectors[raw] = ready
+    return ready
 
 
 def caseless_like(column: str, parameter: str) -> str:

@@ -387,6 +387,11 @@ def _stems(conn, terms: list[str]) -> list[str]:
     return list(conn.execute("SELECT term FROM temp.kb_query_terms ORDER BY term").scalars())
 
 
+def indexes_vectors(raw: sqlite3.Connection) -> bool:
+    """No pgvector on SQLite."""
+    return False
+
+
 def caseless_like(column: str, parameter: str) -> str:
     """LIKE is case-insensitive for ASCII in SQLite; the pattern is escape_like'd."""
     return f"{column} LIKE :{parameter} ESCAPE '\\'"

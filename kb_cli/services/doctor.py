@@ -39,6 +39,9 @@ class Problem:
 class DoctorReport:
     problems: list[Problem] = field(default_factory=list)
     repaired: list[Problem] = field(default_factory=list)
+    # What would make the knowledge base better without anything being wrong (no
+    # problem: the exit code stays 0).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -49,7 +52,7 @@ class DoctorReport:
             "ok": self.ok,
             "problems": [asdict(problem) for problem in self.problems],
             "repaired": [asdict(fix) for fix in self.repaired],
-        }
+        } | ({"notes": self.notes} if self.notes else {})
 
 
 def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
@@ -68,6 +71,7 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         ]
         referenced = queries.object_keys(conn)
         database_id = queries.database_id(conn)
+        notes = [] if kb.db.is_sqlite else _vector_index_notes(conn)
     found += _objects(kb, referenced, deleting) + _foreign_store(kb, database_id)
     found += _vector_index(kb)
     if verify:
@@ -76,13 +80,33 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         found += _changed_objects(kb, present)
     if repair and any(problem.kind == "orphan_object" for problem in found):
         _require_own_store(kb, database_id, referenced)
-    report = DoctorReport()
+    report = DoctorReport(notes=notes)
     for problem in found:
         if repair and _repair(kb, problem):
             report.repaired.append(problem)
         else:
             report.problems.append(problem)
     return report
+
+
+def _vector_index_notes(conn: Connection) -> list[str]:
+    """PostgreSQL: how to let search use pgvector's index where it reads every vector."""
+    from kb_cli.migrations import pgvector
+
+    if not pgvector.enabled(conn.raw):
+        if pgvector.available(conn.raw):
+            return [
+                "the server offers pgvector but this database does not use it yet: run "
+                "`kb db upgrade` as a user allowed to CREATE EXTENSION vector"
+            ]
+        return [
+            "vector search reads every stored vector (no pgvector on this server): install "
+            "pgvector 0.8 or later on it, then run `kb db upgrade` to build its index"
+        ]
+    return [
+        f"the vectors of {model} ({dim} dimensions) have no index yet: `kb db upgrade` builds it"
+        for model, dim in pgvector.missing_indexes(conn.raw)
+    ]
 
 
 def _unfinished_deletes(conn: Connection) -> list[Problem]:

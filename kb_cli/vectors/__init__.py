@@ -56,10 +56,14 @@ class ExactScan:
 
 def make_vector_index(settings: Settings) -> VectorIndex:
     """The index search uses on this knowledge base: on SQLite, the derived index file
-    beside the database when there is a current one (kb_cli/vectors/signfile.py), else
-    the exact scan."""
+    beside the database when there is a current one (kb_cli/vectors/signfile.py); on
+    PostgreSQL, pgvector's (which scans exactly where the database has no pgvector)."""
     if settings.is_sqlite:
         from kb_cli.vectors.signfile import SignFileIndex, directory_for
 
         return SignFileIndex(directory_for(settings), ExactScan().nearest)
+    if settings.database_url.startswith("postgresql"):
+        from kb_cli.vectors.pgvector import PgVectorIndex
+
+        return PgVectorIndex(ExactScan().nearest)
     return ExactScan()

@@ -1,0 +1,34 @@
+"""A PostgreSQL server without pgvector (Debian's, as .ci/postgres.sh starts it with
+KB_TEST_POSTGRES_SERVER=debian): the schema's pgvector migration makes nothing, search
+by meaning scans every vector as before, and `kb doctor` says how to get the index
+without counting it as a problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb_cli.migrations import HEAD
+from tests.helpers import ON_POSTGRES, SAMPLES, clean_env, own_postgres, run_kb
+
+pytestmark = pytest.mark.skipif(not ON_POSTGRES, reason="the PostgreSQL pass's")
+
+
+def test_without_pgvector_search_scans_and_doctor_says_how_to_get_the_index(tmp_path):
+    with own_postgres(server="debian") as server:
+        env = clean_env(keep_engine=False, DATABASE_URL=server.url, KB_HOME=tmp_path / "home")
+
+        def kb(*args: str):
+            result = run_kb(*args, env=env, timeout=300)  # a loaded machine: minutes
+            assert result.code == 0, result.stderr
+            return result
+
+        assert kb("db", "upgrade", "--json").record["to_revision"] == HEAD
+        kb("upload", str(SAMPLES / "faq.txt"), "--submit")
+        kb("work", "--drain")
+        kb("publish", "--all-reviewed")
+        hits = kb("search", "how long does ingestion of a file take", "--mode", "vector", "--json")
+        assert hits.records and {hit["filename"] for hit in hits.records} == {"faq.txt"}
+        doctor = kb("doctor", "--json").record
+        assert doctor["ok"] is True and doctor["problems"] == []
+        [note] = doctor["notes"]
+        assert "install pgvector" in note and "kb db upgrade" in note
