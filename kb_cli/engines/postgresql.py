@@ -350,7 +350,7 @@ def lexical_ranking(
                 WHERE {words} @@ to_tsquery('simple', quote_literal(l.lexeme)){in_scope}
             ) AS hits
         ),
-        matches AS (
+        matches AS MATERIALIZED (  -- inlined, the planner ran it again for every word
             SELECT c.id, c.term_count, u.lexeme, cardinality(u.positions) AS tf
             FROM chunks AS c {_PUBLISHED}
             CROSS JOIN LATERAL unnest({words}) AS u

@@ -98,6 +98,9 @@ def search(
             result.mode = "lexical"
         ranked = _candidates(kb, conn, text, query, depth, scope, result)
         details = queries.chunk_details(conn, [hit[0] for hit in ranked])
+        # On PostgreSQL each statement reads what is committed when it starts: a chunk
+        # deleted since the ranking read it is not shown.
+        ranked = [hit for hit in ranked if hit[0] in details]
 
         def document_of(chunk_id: int) -> str:
             return details[chunk_id].document_id
