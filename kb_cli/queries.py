@@ -773,6 +773,38 @@ def revision_has_chunks(conn: Connection, document_id: str, revision: int) -> bo
     return conn.execute(sql, {"id": document_id, "revision": revision}).first() is not None
 
 
+# --- objects stored but not yet committed, or to be deleted (migration 0014) ----------
+
+PENDING = "pending_objects"
+
+
+class PendingObject(NamedTuple):
+    object_key: str
+    process: str  # host:pid:start of the command that owns it
+    created_at: str
+
+
+def insert_pending_objects(conn: Connection, keys: list[str], process: str, at: str) -> None:
+    if keys:
+        conn.executemany(
+            f"INSERT INTO {PENDING} (object_key, process, created_at)"
+            " VALUES (:object_key, :process, :created_at)",
+            [{"object_key": key, "process": process, "created_at": at} for key in keys],
+        )
+
+
+def delete_pending_objects(conn: Connection, keys: list[str]) -> None:
+    if keys:
+        conn.executemany(
+            f"DELETE FROM {PENDING} WHERE object_key = :key", [{"key": key} for key in keys]
+        )
+
+
+def pending_objects(conn: Connection) -> list[PendingObject]:
+    sql = f"SELECT object_key, process, created_at FROM {PENDING} ORDER BY created_at"
+    return [PendingObject._make(row) for row in conn.execute(sql)]
+
+
 def documents_being_deleted(conn: Connection) -> list[DocumentRow]:
     sql = f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS} WHERE status = '{DocStatus.DELETING}'"
     return [DocumentRow._make(row) for row in conn.execute(sql + " ORDER BY id")]

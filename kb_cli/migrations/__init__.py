@@ -26,6 +26,7 @@ REVISIONS = (
     "0010_events",
     "0011_revision_files",
     "0012_document_meta",
+    "0014_pending_objects",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

@@ -24,7 +24,7 @@ from kb_cli.lifecycle import REPLACEABLE, DocStatus
 from kb_cli.parsers import FileKind
 from kb_cli.permissions import REVIEWERS
 from kb_cli.records import DocumentRow, meta_of
-from kb_cli.services import documents, removal, review, tasks
+from kb_cli.services import documents, pending, removal, review, tasks
 from kb_cli.store import StoredObject
 from kb_cli.store.sources import FAILED, SKIPPED, Entry, Source, open_source
 
@@ -103,6 +103,8 @@ def sync(
     """Each path's record, as it is decided; `summary` counts them."""
     check_options(kb, options)
     source = _source(location)
+    if not options.dry_run:
+        pending.clean_abandoned(kb)  # what a sync killed on this host left behind
     with kb.db.read() as conn:
         require_base(conn, kb.scope, options.base)
         known = {}
@@ -202,7 +204,7 @@ class _Run:
                 return SyncRecord(entry.path, CHANGED if document else ADDED, document_id)
             obj = self._put(local)
             if obj.size_bytes != read.size or not self.source.unchanged_while_read(entry, read):
-                self.kb.store.delete(obj.key)
+                pending.discard(self.kb, [obj.key])
                 return SyncRecord(
                     entry.path, FAILED, document_id, "changed while being read; sync again"
                 )
@@ -216,8 +218,13 @@ class _Run:
     def _put(self, local: Path) -> StoredObject:
         if not self.store_checked:
             self.store_owner, self.store_checked = documents.claimed_store(self.kb), True
-        with open(local, "rb") as data:
-            obj = self.kb.store.put(data, self.kb.settings.max_upload_bytes)
+        [key] = pending.reserve(self.kb, 1)  # recorded before it is written: never an orphan
+        try:
+            with open(local, "rb") as data:
+                obj = self.kb.store.put(data, self.kb.settings.max_upload_bytes, key)
+        except BaseException:
+            pending.discard(self.kb, [key])
+            raise
         self.counters.uploaded += 1
         return obj
 
@@ -239,10 +246,10 @@ class _Run:
                 )
                 documents.submit_in(conn, kb.actor.name, document_id, kb.timestamp())
         except AlreadyExists:
-            kb.store.delete(new.stored.key)
+            pending.discard(kb, [new.stored.key])
             return SyncRecord(path, SKIPPED, None, "another command added this path meanwhile")
         except BaseException:
-            kb.store.delete(new.stored.key)
+            pending.discard(kb, [new.stored.key])
             raise
         return SyncRecord(path, ADDED, document_id)
 
@@ -260,14 +267,14 @@ class _Run:
                 else:
                     documents.submit_in(conn, kb.actor.name, document.id, kb.timestamp())
         except ConflictError as refused:
-            kb.store.delete(new.stored.key)
+            pending.discard(kb, [new.stored.key])
             status = _status_now(kb, document.id)
             reason = _busy(status) if status is not None else refused.message
             return SyncRecord(path, SKIPPED, document.id, reason)
         except BaseException:
-            kb.store.delete(new.stored.key)
+            pending.discard(kb, [new.stored.key])
             raise
-        kb.store.delete(current.object_key)  # served revisions live on as chunks
+        pending.discard(kb, [current.object_key])  # served revisions live on as chunks
         return SyncRecord(path, CHANGED, document.id)
 
     def _restamp(self, document: DocumentRow, read: Entry) -> None:

@@ -29,9 +29,9 @@ __all__ = [
 
 
 class ObjectStore(Protocol):
-    def put(self, source: BinaryIO, max_bytes: int) -> StoredObject:
-        """Stream `source` into a new object under a fresh key, hashing as it goes; an
-        existing object is never overwritten."""
+    def put(self, source: BinaryIO, max_bytes: int, key: str | None = None) -> StoredObject:
+        """Stream `source` into a new object under `key` (default: a fresh one), hashing
+        as it goes; an existing object is never overwritten."""
 
     def read_blocks(self, key: str) -> Iterator[bytes]:
         """Stream an object; OSError when it is missing or unreadable."""

@@ -59,12 +59,12 @@ class S3ObjectStore:
 
     # --- writing --------------------------------------------------------------------
 
-    def put(self, source: BinaryIO, max_bytes: int) -> layout.StoredObject:
+    def put(self, source: BinaryIO, max_bytes: int, key: str | None = None) -> layout.StoredObject:
         import hashlib  # here, not above: loading OpenSSL costs 5 ms of every command
 
         import obstore
 
-        key = layout.new_key()
+        key = key or layout.new_key()
         digest = hashlib.sha256()
         first = _read_at_most(source, PART_BYTES + 1, max_bytes)
         digest.update(first)

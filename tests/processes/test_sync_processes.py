@@ -56,9 +56,10 @@ def test_a_killed_sync_run_again_converges(tmp_path):
     assert actions.count("added") >= FILES - FILES // 3 - 1
     assert set(actions) <= {"added", "unchanged"}
     converged(source)
-    # At most the one file being stored at the kill left an object no document names
-    # (kb doctor reports it after its grace period; --repair quarantines it).
-    assert len(object_keys()) - FILES in (0, 1)
+    # The file being stored at the kill was recorded as pending before it was written:
+    # the run again deleted it, so no object is left that no document names.
+    assert len(object_keys()) == FILES
+    assert db_rows("SELECT count(*) AS n FROM pending_objects")[0]["n"] == 0
     final = run_kb("sync", str(source), "--json")
     assert {record.get("action") for record in final.records[:-1]} == {"unchanged"}
 
@@ -80,6 +81,48 @@ def test_two_syncs_at_once_make_no_duplicate(tmp_path):
     assert sorted(added) == sorted(set(added)) and len(added) == FILES
     converged(source)
     assert len(object_keys()) == FILES  # the loser of each race removed its object
+    assert db_rows("SELECT count(*) AS n FROM pending_objects")[0]["n"] == 0
+
+
+# Stores one object the way upload and sync do (recorded as pending, then written), and
+# is killed before any document names it.
+KILLED_AFTER_STORING = """
+import io, os, signal
+from kb_cli.app import Kb
+from kb_cli.config import resolve_settings
+from kb_cli.services import documents, pending
+kb = Kb.open(resolve_settings(), actor="tester")
+documents.claimed_store(kb)
+[key] = pending.reserve(kb, 1)
+kb.store.put(io.BytesIO(b"Half done: no row names this."), 1 << 20, key)
+print(key, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_an_object_stored_by_a_killed_command_is_no_orphan(tmp_path):
+    """Between storing an object and committing its row, SIGKILL: kb doctor reports the
+    object as abandoned at once (not after an orphan's grace period), and the next sync
+    on this host deletes it, so doctor is clean right after."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.md").write_text("# A\n\nThe text of a.\n", "utf-8")
+    assert run_kb("sync", str(source)).code == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_STORING], env=kb_env(), capture_output=True, text=True
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    key = killed.stdout.strip()
+    assert key in object_keys()
+    doctor = run_kb("doctor", "--json")
+    assert doctor.code == 4, doctor.stdout
+    [problem] = json.loads(doctor.stdout)["problems"]
+    assert (problem["kind"], problem["id"]) == ("abandoned_object", key)
+    again = run_kb("sync", str(source), "--json")
+    assert again.code == 0, again.stderr
+    assert key not in object_keys() and len(object_keys()) == 1
+    assert run_kb("doctor", "--json").code == 0
+    assert db_rows("SELECT count(*) AS n FROM pending_objects")[0]["n"] == 0
 
 
 def readme_ci_block() -> str:
