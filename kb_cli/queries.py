@@ -199,15 +199,34 @@ def list_documents(
     return [DocumentRecord.from_listing(row) for row in conn.execute(sql, params)]
 
 
-def documents_with_paths(conn: Connection, base: str) -> list[DocumentRow]:
+class SyncedDocument(NamedTuple):
+    """What `kb sync` compares a file with: a document's id and metadata values."""
+
+    id: str
+    path: str
+    source: str | None
+    size: str | None
+    stamp: str | None
+
+
+def synced_documents(
+    conn: Connection, base: str, size_key: str, stamp_key: str
+) -> list[SyncedDocument]:
     """The live documents of `base` that have a metadata `path` (what `kb sync` matches
-    files to)."""
-    path = conn.engine.META_PATH.format(column="d.meta")
+    files to), each with the metadata values the quick check compares, read by the
+    database: no row or JSON is built in Python for each of 100,000 documents."""
+
+    def value(key: str) -> str:
+        # The engine's expression of `path` (what ux_documents_path indexes), for `key`.
+        return conn.engine.META_PATH.format(column="d.meta").replace("path", key)
+
+    path = value("path")
     sql = (
-        f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS} AS d"
+        f"SELECT d.id, {path}, {value('source')}, {value(size_key)}, {value(stamp_key)}"
+        f" FROM {DOCUMENTS} AS d"
         f" WHERE d.base = :base AND {path} IS NOT NULL AND {_NOT_DELETING}"
     )
-    return [DocumentRow._make(row) for row in conn.execute(sql, {"base": base})]
+    return [SyncedDocument._make(row) for row in conn.execute(sql, {"base": base})]
 
 
 _TASK_ROW_OF_T = ", ".join(f"t.{column}" for column in TaskRow._fields)

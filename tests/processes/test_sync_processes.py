@@ -5,7 +5,9 @@ with no duplicate, no lost file and no orphan object (on SQLite and PostgreSQL).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -198,3 +200,68 @@ def test_on_a_terminal_sync_counts_live_and_reparse_asks_first(tmp_path):
     )
     assert code == 1 and "nothing queued" in ANSI.sub("", screen)
     assert {d["revision"] for d in kb_json("status")} == {1}
+
+
+# Root reads every folder whatever its mode: a `kb sync` run by root is run without the
+# two capabilities that allow it (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so a folder
+# of mode 000 is as unreadable to it as to any user; it still owns its home.
+DROP_READ_ANYTHING = "-dac_override,-dac_read_search"
+
+
+def as_an_ordinary_user(*args: str) -> list[str]:
+    command = [sys.executable, "-m", "kb_cli", *args]
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("tests run as root and setpriv (util-linux) is missing: no way to be denied")
+    return [
+        setpriv,
+        f"--inh-caps={DROP_READ_ANYTHING}",
+        f"--bounding-set={DROP_READ_ANYTHING}",
+        *command,
+    ]
+
+
+def test_a_folder_sync_may_not_read_is_failed_and_its_documents_kept(tmp_path):
+    """A real `kb sync` denied a folder: the folder is `failed` with the reason, an
+    unreadable file too, the rest goes on; a document synced from that folder before is
+    not missing (not deleted, even with --missing delete), and is there once readable."""
+    source = source_tree(tmp_path / "src")
+    assert run_kb("sync", str(source)).code == 0
+    locked = source / "part1"
+    secret = source / "part2" / "secret.md"
+    secret.write_text("# Secret\n\nNot for kb.\n", "utf-8")
+    locked.chmod(0)
+    secret.chmod(0)
+    try:
+        denied = subprocess.run(
+            as_an_ordinary_user("sync", str(source), "--missing", "delete", "--json"),
+            env=kb_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        locked.chmod(0o755)
+        secret.chmod(0o644)
+    assert denied.returncode == 6, denied.stderr
+    records = {r["path"]: r for r in map(json.loads, denied.stdout.splitlines()[:-1])}
+    assert records["part1/"]["action"] == "failed"
+    assert records["part1/"]["reason"] == "folder not readable: Permission denied"
+    assert records["part2/secret.md"]["action"] == "failed"
+    assert records["part2/secret.md"]["reason"] == "not readable: Permission denied"
+    under_locked = [p for p in records if p.startswith("part1/") and p != "part1/"]
+    assert len(under_locked) == FILES // 6
+    assert {records[p]["action"] for p in under_locked} == {"skipped"}
+    assert {records[p]["reason"] for p in under_locked} == {
+        "its folder could not be read; left as it is"
+    }
+    rest = [r for p, r in records.items() if not p.startswith(("part1/", "part2/secret"))]
+    assert len(rest) == FILES - FILES // 6 and {r["action"] for r in rest} == {"unchanged"}
+    assert db_rows("SELECT count(*) AS n FROM documents")[0]["n"] == FILES
+    readable = run_kb("sync", str(source), "--json")
+    assert readable.code == 0, readable.stderr
+    actions = {r["path"]: r["action"] for r in readable.records[:-1]}
+    assert actions.pop("part2/secret.md") == "added"
+    assert set(actions.values()) == {"unchanged"} and len(actions) == FILES
