@@ -10,6 +10,7 @@ lies inside the source, and reports what it cannot take instead of stopping.
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import shutil
 import stat
@@ -76,7 +77,7 @@ class DirectorySource:
             folder, relative = pending.pop()
             try:
                 with os.scandir(folder) as listing:
-                    found = sorted(listing, key=lambda entry: entry.name, reverse=True)
+                    found = sorted(listing, key=_NAME, reverse=True)
             except OSError as error:
                 yield Entry(relative + "/", problem=_folder_problem(error), outcome=FAILED)
                 continue
@@ -137,6 +138,7 @@ class DirectorySource:
         return after is not None and after.size == entry.size and after.stamp == entry.stamp
 
 
+_NAME = operator.attrgetter("name")
 _FOLDER = Entry("")  # what _entry returns for a folder to descend into
 
 
