@@ -33,6 +33,8 @@ from kb_cli.store import layout
 OTHER_HOST_GRACE_SECONDS = 600
 
 RUNNING, ABANDONED, UNKNOWN = "running", "abandoned", "unknown"
+# How many keys `Keys` reserves in one transaction, and how many rows it drops in one.
+KEYS_AT_ONCE = 32
 
 
 def reserve(kb: Kb, count: int) -> list[str]:
@@ -42,6 +44,43 @@ def reserve(kb: Kb, count: int) -> list[str]:
         with kb.db.write() as conn:
             queries.insert_pending_objects(conn, keys, this_process(), kb.timestamp())
     return keys
+
+
+class Keys:
+    """Keys for a command that stores one object after another (`kb sync`): reserved
+    KEYS_AT_ONCE at a time, and the rows of the objects it deleted dropped as many at a
+    time, so a changed file costs no commit of its own for them. Until `close`, the rows
+    of keys not used yet, or of objects deleted already, are this live process's (no
+    problem for doctor); after a kill, the next command cleans them up."""
+
+    def __init__(self, kb: Kb) -> None:
+        self.kb = kb
+        self.spare: list[str] = []
+        self.deleted: list[str] = []
+
+    def take(self) -> str:
+        if not self.spare:
+            self.spare = reserve(self.kb, KEYS_AT_ONCE)
+        return self.spare.pop()
+
+    def delete(self, key: str) -> None:
+        """Delete an object no committed document names any longer (release'd)."""
+        self.kb.store.delete(key)
+        self.deleted.append(key)
+        if len(self.deleted) >= KEYS_AT_ONCE:
+            self._forget()
+
+    def close(self) -> None:
+        """The rows of unused keys (never written) and of deleted objects."""
+        self.deleted += self.spare
+        self.spare = []
+        self._forget()
+
+    def _forget(self) -> None:
+        if self.deleted:
+            with self.kb.db.write() as conn:
+                queries.delete_pending_objects(conn, self.deleted)
+            self.deleted = []
 
 
 def settle(conn: Connection, keys: Iterable[str]) -> None:

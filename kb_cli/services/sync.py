@@ -143,21 +143,25 @@ class _Run:
         self.known, self.counters, self.progress = known, counters, progress
         self.store_owner: str | None = None  # read (and claimed) before the first put
         self.store_checked = False
+        self.keys = pending.Keys(kb)
         # Folders that could not be listed ("a/b/"; "/" for SOURCE itself): what is
         # under them is not missing.
         self.unlisted: list[str] = []
 
     def records(self) -> Iterator[SyncRecord]:
-        for entry in self.source.entries():
-            if not _taken(entry.path.rstrip("/"), self.options):
-                continue
-            self.counters.scanned += 1
-            if entry.outcome == FAILED and entry.path.endswith("/"):
-                self.unlisted.append(entry.path)
-            record = self._one(entry)
-            self._report()
-            yield record
-        yield from self._missing()
+        try:
+            for entry in self.source.entries():
+                if entry.outcome == FAILED and entry.path.endswith("/"):
+                    self.unlisted.append(entry.path)  # even when not --include'd itself
+                if not _taken(entry.path.rstrip("/"), self.options):
+                    continue
+                self.counters.scanned += 1
+                record = self._one(entry)
+                self._report()
+                yield record
+            yield from self._missing()
+        finally:
+            self.keys.close()
 
     def _report(self) -> None:
         if self.progress is not None:
@@ -222,7 +226,7 @@ class _Run:
     def _put(self, local: Path) -> StoredObject:
         if not self.store_checked:
             self.store_owner, self.store_checked = documents.claimed_store(self.kb), True
-        [key] = pending.reserve(self.kb, 1)  # recorded before it is written: never an orphan
+        key = self.keys.take()  # recorded before it is written: never an orphan
         try:
             with open(local, "rb") as data:
                 obj = self.kb.store.put(data, self.kb.settings.max_upload_bytes, key)
@@ -278,7 +282,7 @@ class _Run:
         except BaseException:
             pending.discard(kb, [new.stored.key])
             raise
-        pending.discard(kb, [current.object_key])  # served revisions live on as chunks
+        self.keys.delete(current.object_key)  # served revisions live on as chunks
         return SyncRecord(path, CHANGED, document.id)
 
     def _restamp(self, document: DocumentRow, read: Entry) -> None:
