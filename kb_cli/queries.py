@@ -222,7 +222,8 @@ def synced_documents(
 
     path = value("path")
     sql = (
-        f"SELECT d.id, {path}, {value('source')}, {value(size_key)}, {value(stamp_key)}"
+        f"SELECT d.id, {path} AS path, {value('source')} AS source,"
+        f" {value(size_key)} AS size, {value(stamp_key)} AS stamp"
         f" FROM {DOCUMENTS} AS d"
         f" WHERE d.base = :base AND {path} IS NOT NULL AND {_NOT_DELETING}"
     )
