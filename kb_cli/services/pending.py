@@ -15,6 +15,7 @@ reports (`abandoned_object`) until then; never an orphan.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -25,6 +26,7 @@ from pathlib import Path
 from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.db import Connection, format_stamp
+from kb_cli.errors import BusyError, InternalError
 from kb_cli.queries import PendingObject
 from kb_cli.store import layout
 
@@ -95,12 +97,15 @@ def release(conn: Connection, key: str, now: str) -> None:
 
 
 def discard(kb: Kb, keys: Iterable[str]) -> None:
-    """Delete objects no committed document names, then their rows."""
+    """Delete objects no committed document names, then their rows. Called as a failed
+    command cleans up: when the database is what failed, the rows stay, and the next
+    command on this host drops them (their objects are gone already); the error the
+    caller raises is the one that matters."""
     keys = list(keys)
     for key in keys:
         kb.store.delete(key)
     if keys:
-        with kb.db.write() as conn:
+        with contextlib.suppress(InternalError, BusyError), kb.db.write() as conn:
             queries.delete_pending_objects(conn, keys)
 
 
