@@ -27,6 +27,7 @@ REVISIONS = (
     "0011_revision_files",
     "0012_document_meta",
     "0013_pgvector",
+    "0014_pending_objects",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

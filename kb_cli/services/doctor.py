@@ -16,7 +16,8 @@ from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import RepairRefused, UsageError
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
-from kb_cli.services import removal
+from kb_cli.services import pending, removal
+from kb_cli.store.layout import key_of
 from kb_cli.transitions import requeue_task
 from kb_cli.vectors import signfile
 
@@ -70,9 +71,10 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
             *_base_access(conn),
         ]
         referenced = queries.object_keys(conn)
+        waiting = {row.object_key: row for row in queries.pending_objects(conn)}
         database_id = queries.database_id(conn)
         notes = [] if kb.db.is_sqlite else _vector_index_notes(conn)
-    found += _objects(kb, referenced, deleting) + _foreign_store(kb, database_id)
+    found += _objects(kb, referenced, deleting, waiting) + _foreign_store(kb, database_id)
     found += _vector_index(kb)
     if verify:
         missing = {problem.id for problem in found if problem.kind == "missing_object"}
@@ -270,9 +272,16 @@ def _base_access(conn: Connection) -> list[Problem]:
     return problems
 
 
-def _objects(kb: Kb, referenced: dict[str, str], deleting: set[str]) -> list[Problem]:
+def _objects(
+    kb: Kb,
+    referenced: dict[str, str],
+    deleting: set[str],
+    waiting: dict[str, queries.PendingObject],
+) -> list[Problem]:
     """referenced: object key -> id of the document that refers to it; a document being
-    deleted may have lost its object already (it goes before the row)."""
+    deleted may have lost its object already (it goes before the row). waiting: the
+    objects a command stored and has not committed, or has to delete (kb_cli/services/
+    pending.py): no orphans, but abandoned once that command is gone."""
     problems = [
         Problem(
             "missing_object",
@@ -288,12 +297,32 @@ def _objects(kb: Kb, referenced: dict[str, str], deleting: set[str]) -> list[Pro
     # The clock, not the file system's: a test (or a bucket, whose objects cannot be
     # back-dated) lets the grace period pass by moving it.
     cutoff = kb.clock.now().timestamp() - ORPHAN_GRACE_SECONDS
+    abandoned: set[str] = set()
     for key, modified in kb.store.entries():
-        if key not in referenced and modified < cutoff:
-            problems.append(
-                Problem("orphan_object", key, "no document refers to this object", None, key)
-            )
+        own = key_of(key)
+        if own in referenced:
+            continue
+        row = waiting.get(own)
+        if row is None:
+            if modified < cutoff:
+                problems.append(
+                    Problem("orphan_object", key, "no document refers to this object", None, key)
+                )
+        elif own not in abandoned and pending.state(row, kb) == pending.ABANDONED:
+            abandoned.add(own)
+            problems.append(_abandoned(own, row))
     return problems
+
+
+def _abandoned(key: str, row: queries.PendingObject) -> Problem:
+    return Problem(
+        "abandoned_object",
+        key,
+        f"left by a command killed before it finished ({pending.describe(row)}); the next "
+        "upload or sync on that host deletes it, as does kb doctor --repair",
+        None,
+        key,
+    )
 
 
 def _changed_objects(kb: Kb, referenced: dict[str, str]) -> list[Problem]:
@@ -413,6 +442,8 @@ def _repair(kb: Kb, problem: Problem) -> bool:
     if problem.kind == "orphan_object":
         kb.store.quarantine(problem.id)
         return True
+    if problem.kind == "abandoned_object":
+        return pending.repair(kb, problem.id)
     if problem.kind == "stray_chunks":
         return _delete_stray_chunks(kb, problem.id)
     if problem.kind == "stray_artefact":

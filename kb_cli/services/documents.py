@@ -36,6 +36,7 @@ from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
 from kb_cli.queries import AuditEvent
 from kb_cli.records import DocumentRecord, DocumentRow, TaskRecord, meta_of
+from kb_cli.services import pending
 from kb_cli.store import StoredObject
 from kb_cli.transitions import audit_event, move_document, task_event_data
 
@@ -120,18 +121,16 @@ def upload(
             else:
                 records = [document_record(conn, new.document_id) for new in inserted]
     except AlreadyExists as taken:
-        for obj in stored:
-            kb.store.delete(obj.key)
+        pending.discard(kb, [obj.key for obj in stored])
         raise AlreadyExists(
             f"a document of base {base!r} already has path {meta.get(metadata.PATH)!r}: "
             "replace its file instead (kb upload FILE --replace ID)"
         ) from taken
     except BaseException:
-        for obj in stored:
-            kb.store.delete(obj.key)
+        pending.discard(kb, [obj.key for obj in stored])
         raise
-    for skip in skipped:  # committed without them: their objects are nobody's
-        kb.store.delete(skip.document_id)
+    # Committed without them: their objects are nobody's.
+    pending.discard(kb, [skip.document_id for skip in skipped])
     return Uploaded(records, duplicates, [dataclasses.replace(s, document_id="") for s in skipped])
 
 
@@ -247,15 +246,15 @@ def replace(kb: Kb, path: Path, document_id: str, meta: dict[str, str] | None = 
             )
             record = document_record(conn, document_id)
     except AlreadyExists as taken:
-        kb.store.delete(obj.key)
+        pending.discard(kb, [obj.key])
         raise AlreadyExists(
             f"another document of its base already has path {meta.get(metadata.PATH)!r}"
         ) from taken
     except BaseException:
-        kb.store.delete(obj.key)
+        pending.discard(kb, [obj.key])
         raise
     # The old file is no longer needed: the published revision lives on as chunks.
-    kb.store.delete(document.object_key)
+    pending.discard(kb, [document.object_key])
     return Replaced(record, renamed)
 
 
@@ -272,7 +271,8 @@ def replace_revision(
     conn: Connection, actor: str, document: DocumentRow, new: NewDocument, now: str
 ) -> str | None:
     """In `conn`: the document's next revision is the stored file of `new`, its metadata
-    keys updated with `new.meta`; its old object is the caller's to delete after commit.
+    keys updated with `new.meta`; its old object is pending, the caller's to delete after
+    commit (pending.discard).
     A conflict unless the document is draft, failed, published or unpublished. Returns
     the old and new file when the new one has another name or type (_renamed)."""
     require_status(document, REPLACEABLE, "replace")
@@ -305,6 +305,9 @@ def replace_revision(
     if new.meta:
         queries.insert_audit_events(conn, [meta_event(actor, document.id, new.meta, now)])
     queries.delete_artefacts(conn, document.id)  # parses of the superseded file
+    pending.settle(conn, [obj.key])
+    if document.object_key != obj.key:
+        pending.release(conn, document.object_key, now)
     return renamed
 
 
@@ -445,6 +448,7 @@ def _shown(path: Path | str) -> str:
 def claimed_store(kb: Kb) -> str | None:
     """The database the store names as its owner; a store that names none yet (the
     first upload) is claimed for this one. Read before any write transaction."""
+    pending.clean_abandoned(kb)  # what a killed command on this host left
     owner = kb.store.owner(writing=True)
     if owner is None:
         with kb.db.read() as conn:
@@ -464,15 +468,17 @@ def own_store(conn: Connection, kb: Kb, owner: str | None) -> None:
 def _store_all(
     kb: Kb, uploads: list[CheckedFile], on_progress: Callable[[int, int], None] | None = None
 ) -> list[StoredObject]:
-    """Each file's bytes streamed into the store (never all held at once), made durable
-    together before the caller's transaction refers to them."""
+    """Each file's bytes streamed into the store (never all held at once) under a key
+    recorded as pending first (pending.reserve: a kill at any point leaves no orphan),
+    made durable together before the caller's transaction refers to them."""
     stored: list[StoredObject] = []
     max_bytes = kb.settings.max_upload_bytes
+    keys = pending.reserve(kb, len(uploads))
     try:
-        for upload in uploads:
+        for upload, key in zip(uploads, keys, strict=True):
             try:
                 with open(upload.path, "rb") as source:
-                    stored.append(kb.store.put(source, max_bytes, durable=False))
+                    stored.append(kb.store.put(source, max_bytes, key, durable=False))
             except OSError as error:
                 raise InvalidInputError(
                     f"cannot read {upload.filename}: {error.strerror}"
@@ -481,8 +487,7 @@ def _store_all(
                 on_progress(len(stored), len(uploads))
         kb.store.make_durable([obj.key for obj in stored])
     except BaseException as error:
-        for obj in stored:
-            kb.store.delete(obj.key)
+        pending.discard(kb, keys)
         if isinstance(error, KeyboardInterrupt):  # say so, not just ^C
             raise UploadInterrupted() from None
         raise
@@ -523,6 +528,7 @@ def insert_document(conn: Connection, actor: str, base: str, new: NewDocument, n
         meta=json.dumps(new.meta, ensure_ascii=False, sort_keys=True),
     )
     queries.insert_revision_file(conn, document_id, 1, new.filename, new.content_type, now)
+    pending.settle(conn, [obj.key])
     events = [
         audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, new.filename, at=now)
     ]

@@ -23,8 +23,9 @@ from kb_cli.errors import AlreadyExists, ConflictError, UsageError
 from kb_cli.lifecycle import REPLACEABLE, DocStatus
 from kb_cli.parsers import FileKind
 from kb_cli.permissions import REVIEWERS
+from kb_cli.queries import SyncedDocument
 from kb_cli.records import DocumentRow, meta_of
-from kb_cli.services import documents, removal, review, tasks
+from kb_cli.services import documents, pending, removal, review, tasks
 from kb_cli.store import StoredObject
 from kb_cli.store.sources import FAILED, SKIPPED, Entry, Source, open_source
 
@@ -34,6 +35,8 @@ MISSING_CHOICES = ("keep", "unpublish", "delete")
 # The metadata keys a sync sets besides `path` and `source`: what the quick check compares.
 SIZE, STAMP = "source_size", "source_stamp"
 HASH_BLOCK = 1024 * 1024
+# The reason of a document whose folder could not be read: never handled as missing.
+UNLISTED = "its folder could not be read; left as it is"
 # A changed file becomes a new revision only of a document that is not being worked on.
 _REPLACEABLE = frozenset(str(status) for status in REPLACEABLE)
 
@@ -103,12 +106,11 @@ def sync(
     """Each path's record, as it is decided; `summary` counts them."""
     check_options(kb, options)
     source = _source(location)
+    if not options.dry_run:
+        pending.clean_abandoned(kb)  # what a sync killed on this host left behind
     with kb.db.read() as conn:
         require_base(conn, kb.scope, options.base)
-        known = {}
-        for row in queries.documents_with_paths(conn, options.base):
-            meta = meta_of(row.meta)
-            known[meta[metadata.PATH]] = _Known(row, meta)
+        known = {row.path: row for row in queries.synced_documents(conn, options.base, SIZE, STAMP)}
     run = _Run(kb, source, options, known, Counters(), progress)
     for record in run.records():
         summary.counts[record.action] += 1
@@ -127,21 +129,13 @@ def _source(location: str) -> Source:
     return open_source(location)
 
 
-@dataclass(frozen=True)
-class _Known:
-    """A document of the base with a path, and its metadata (parsed once)."""
-
-    row: DocumentRow
-    meta: dict[str, str]
-
-
 class _Run:
     def __init__(
         self,
         kb: Kb,
         source: Source,
         options: SyncOptions,
-        known: dict[str, _Known],
+        known: dict[str, SyncedDocument],
         counters: Counters,
         progress: Callable[[Counters], None] | None,
     ) -> None:
@@ -149,16 +143,25 @@ class _Run:
         self.known, self.counters, self.progress = known, counters, progress
         self.store_owner: str | None = None  # read (and claimed) before the first put
         self.store_checked = False
+        self.keys = pending.Keys(kb)
+        # Folders that could not be listed ("a/b/"; "/" for SOURCE itself): what is
+        # under them is not missing.
+        self.unlisted: list[str] = []
 
     def records(self) -> Iterator[SyncRecord]:
-        for entry in self.source.entries():
-            if not _taken(entry.path.rstrip("/"), self.options):
-                continue
-            self.counters.scanned += 1
-            record = self._one(entry)
-            self._report()
-            yield record
-        yield from self._missing()
+        try:
+            for entry in self.source.entries():
+                if entry.outcome == FAILED and entry.path.endswith("/"):
+                    self.unlisted.append(entry.path)  # even when not --include'd itself
+                if not _taken(entry.path.rstrip("/"), self.options):
+                    continue
+                self.counters.scanned += 1
+                record = self._one(entry)
+                self._report()
+                yield record
+            yield from self._missing()
+        finally:
+            self.keys.close()
 
     def _report(self) -> None:
         if self.progress is not None:
@@ -166,23 +169,30 @@ class _Run:
 
     def _one(self, entry: Entry) -> SyncRecord:
         known = self.known.pop(entry.path, None)
-        document = known.row if known else None
-        document_id = document.id if document else None
+        document_id = known.id if known else None
         if entry.problem is not None:
             return SyncRecord(entry.path, entry.outcome, document_id, entry.problem)
-        bad_name = _bad_name(entry.path)
-        if bad_name:
-            return SyncRecord(_printable(entry.path), FAILED, document_id, bad_name)
-        if known is not None and not self.options.checksum and _same_stamp(known.meta, entry):
-            return SyncRecord(entry.path, UNCHANGED, known.row.id)
+        if known is not None:  # the stored path: a good name
+            if self._quick_check(known, entry):
+                return SyncRecord(entry.path, UNCHANGED, known.id)
+        elif bad_name := _bad_name(entry.path):
+            return SyncRecord(_printable(entry.path), FAILED, None, bad_name)
         if entry.size > self.kb.settings.max_upload_bytes:
             limit = self.kb.settings.max_upload_bytes
             return SyncRecord(entry.path, FAILED, document_id, f"too large (limit {limit} bytes)")
         try:
-            return self._read_and_store(entry, document)
+            return self._read_and_store(entry, _document(self.kb, known))
         except OSError as error:
             reason = f"not readable: {error.strerror or type(error).__name__}"
             return SyncRecord(entry.path, FAILED, document_id, reason)
+
+    def _quick_check(self, known: SyncedDocument, entry: Entry) -> bool:
+        """Unchanged by size and stamp, as recorded (unless --checksum)."""
+        return (
+            not self.options.checksum
+            and known.stamp == entry.stamp
+            and known.size == str(entry.size)
+        )
 
     def _read_and_store(self, entry: Entry, document: DocumentRow | None) -> SyncRecord:
         document_id = document.id if document else None
@@ -202,7 +212,7 @@ class _Run:
                 return SyncRecord(entry.path, CHANGED if document else ADDED, document_id)
             obj = self._put(local)
             if obj.size_bytes != read.size or not self.source.unchanged_while_read(entry, read):
-                self.kb.store.delete(obj.key)
+                pending.discard(self.kb, [obj.key])
                 return SyncRecord(
                     entry.path, FAILED, document_id, "changed while being read; sync again"
                 )
@@ -216,8 +226,13 @@ class _Run:
     def _put(self, local: Path) -> StoredObject:
         if not self.store_checked:
             self.store_owner, self.store_checked = documents.claimed_store(self.kb), True
-        with open(local, "rb") as data:
-            obj = self.kb.store.put(data, self.kb.settings.max_upload_bytes)
+        key = self.keys.take()  # recorded before it is written: never an orphan
+        try:
+            with open(local, "rb") as data:
+                obj = self.kb.store.put(data, self.kb.settings.max_upload_bytes, key)
+        except BaseException:
+            pending.discard(self.kb, [key])
+            raise
         self.counters.uploaded += 1
         return obj
 
@@ -239,10 +254,10 @@ class _Run:
                 )
                 documents.submit_in(conn, kb.actor.name, document_id, kb.timestamp())
         except AlreadyExists:
-            kb.store.delete(new.stored.key)
+            pending.discard(kb, [new.stored.key])
             return SyncRecord(path, SKIPPED, None, "another command added this path meanwhile")
         except BaseException:
-            kb.store.delete(new.stored.key)
+            pending.discard(kb, [new.stored.key])
             raise
         return SyncRecord(path, ADDED, document_id)
 
@@ -260,14 +275,14 @@ class _Run:
                 else:
                     documents.submit_in(conn, kb.actor.name, document.id, kb.timestamp())
         except ConflictError as refused:
-            kb.store.delete(new.stored.key)
+            pending.discard(kb, [new.stored.key])
             status = _status_now(kb, document.id)
             reason = _busy(status) if status is not None else refused.message
             return SyncRecord(path, SKIPPED, document.id, reason)
         except BaseException:
-            kb.store.delete(new.stored.key)
+            pending.discard(kb, [new.stored.key])
             raise
-        kb.store.delete(current.object_key)  # served revisions live on as chunks
+        self.keys.delete(current.object_key)  # served revisions live on as chunks
         return SyncRecord(path, CHANGED, document.id)
 
     def _restamp(self, document: DocumentRow, read: Entry) -> None:
@@ -293,12 +308,15 @@ class _Run:
     def _missing(self) -> Iterator[SyncRecord]:
         """Documents of this source whose path is gone, as --missing says."""
         gone = [
-            (path, known.row)
+            (path, known)
             for path, known in sorted(self.known.items())
-            if known.meta.get(metadata.SOURCE) == self.source.name and _taken(path, self.options)
+            if known.source == self.source.name and _taken(path, self.options)
         ]
-        for path, row in gone:
-            yield self._handle_missing(path, row)
+        for path, known in gone:
+            if any(folder == "/" or path.startswith(folder) for folder in self.unlisted):
+                yield SyncRecord(path, SKIPPED, known.id, UNLISTED)
+            elif (row := _document(self.kb, known)) is not None:  # not deleted meanwhile
+                yield self._handle_missing(path, row)
             self._report()
 
     def _handle_missing(self, path: str, row: DocumentRow) -> SyncRecord:
@@ -334,8 +352,13 @@ def _taken(path: str, options: SyncOptions) -> bool:
     return not matches(options.exclude)
 
 
-def _same_stamp(meta: dict[str, str], entry: Entry) -> bool:
-    return meta.get(SIZE) == str(entry.size) and meta.get(STAMP) == entry.stamp
+def _document(kb: Kb, known: SyncedDocument | None) -> DocumentRow | None:
+    """The whole row of a known document, read when its file must be: not for each of
+    an unchanged tree's files."""
+    if known is None:
+        return None
+    with kb.db.read() as conn:
+        return queries.get_document(conn, known.id)
 
 
 def _bad_name(path: str) -> str | None:

@@ -29,10 +29,12 @@ __all__ = [
 
 
 class ObjectStore(Protocol):
-    def put(self, source: BinaryIO, max_bytes: int, durable: bool = True) -> StoredObject:
-        """Stream `source` into a new object under a fresh key, hashing as it goes; an
-        existing object is never overwritten. `durable=False`: the caller makes the
-        object durable (`make_durable`) before anything refers to it."""
+    def put(
+        self, source: BinaryIO, max_bytes: int, key: str | None = None, durable: bool = True
+    ) -> StoredObject:
+        """Stream `source` into a new object under `key` (default: a fresh one), hashing
+        as it goes; an existing object is never overwritten. `durable=False`: the caller
+        makes the object durable (`make_durable`) before anything refers to it."""
 
     def make_durable(self, keys: list[str]) -> None:
         """Make objects put with `durable=False` survive a crash of the machine."""

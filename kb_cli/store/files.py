@@ -41,10 +41,12 @@ class FileObjectStore:
     def _path(self, key: str) -> Path:
         return self.root / shard_of(key) / key
 
-    def put(self, source: BinaryIO, max_bytes: int, durable: bool = True) -> StoredObject:
+    def put(
+        self, source: BinaryIO, max_bytes: int, key: str | None = None, durable: bool = True
+    ) -> StoredObject:
         import hashlib  # here, not above: loading OpenSSL costs 5 ms of every command
 
-        key = new_key()
+        key = key or new_key()
         final = self._path(key)
         with _writing():
             final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -37,6 +37,14 @@ def temporary_key(key: str) -> str:
     return f".{key}.tmp"
 
 
+def key_of(name: str) -> str:
+    """The key a name in the store belongs to: a temporary object's is the key it was
+    meant to become."""
+    if name.startswith(".") and name.endswith(".tmp"):
+        return name[1:-4]
+    return name
+
+
 def owner_of(names: Iterable[str]) -> str | None:
     """The owner a store's top-level names declare; None when none does. Two owners
     match no database, so nothing is touched."""

@@ -62,12 +62,14 @@ class S3ObjectStore:
     def make_durable(self, keys: list[str]) -> None:
         """Nothing to do: a stored object is durable once the PUT returned."""
 
-    def put(self, source: BinaryIO, max_bytes: int, durable: bool = True) -> layout.StoredObject:
+    def put(
+        self, source: BinaryIO, max_bytes: int, key: str | None = None, durable: bool = True
+    ) -> layout.StoredObject:
         import hashlib  # here, not above: loading OpenSSL costs 5 ms of every command
 
         import obstore
 
-        key = layout.new_key()
+        key = key or layout.new_key()
         digest = hashlib.sha256()
         first = _read_at_most(source, PART_BYTES + 1, max_bytes)
         digest.update(first)

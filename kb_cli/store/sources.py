@@ -10,14 +10,14 @@ lies inside the source, and reports what it cannot take instead of stopping.
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from kb_cli.store import layout
 from kb_cli.store.location import S3Location, is_s3
@@ -28,12 +28,11 @@ if TYPE_CHECKING:
 SKIPPED, FAILED = "skipped", "failed"
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """A file under the source: its path relative to the source ('/'-separated), and
     what the quick check compares (size, and a stamp: the modification time in
     nanoseconds of a file, the ETag of an object). `problem` (with its `outcome`,
-    skipped or failed) when it cannot be synced."""
+    skipped or failed) when it cannot be synced. A tuple: one is made per file."""
 
     path: str
     size: int = 0
@@ -78,36 +77,38 @@ class DirectorySource:
             folder, relative = pending.pop()
             try:
                 with os.scandir(folder) as listing:
-                    found = sorted(listing, key=lambda entry: entry.name, reverse=True)
+                    found = sorted(listing, key=_NAME, reverse=True)
             except OSError as error:
                 yield Entry(relative + "/", problem=_folder_problem(error), outcome=FAILED)
                 continue
             children = []
+            prefix = relative + "/" if relative else ""
             for item in reversed(found):  # in name order
-                path = f"{relative}/{item.name}" if relative else item.name
+                path = prefix + item.name
                 entry = self._entry(item, path)
-                if entry == "folder":
+                if entry is _FOLDER:
                     children.append((item.path, path))
-                elif isinstance(entry, Entry):
+                elif entry is not None:
                     yield entry
             pending.extend(reversed(children))
 
-    def _entry(self, item: os.DirEntry[str], path: str) -> Entry | str | None:
-        """An Entry, "folder" to descend into, or None for what is not a file."""
+    def _entry(self, item: os.DirEntry[str], path: str) -> Entry | None:
+        """An Entry, _FOLDER to descend into, or None for what is not a file (a socket,
+        a pipe, a device: not a document). One lstat per name, as rsync's."""
         try:
-            if item.name.startswith("."):
-                folder = item.is_dir(follow_symlinks=False)
-                return Entry(path + "/" if folder else path, problem="hidden")
-            if item.is_symlink():
-                return self._linked(item, path)
-            if item.is_dir(follow_symlinks=False):
-                return "folder"
-            if not item.is_file(follow_symlinks=False):
-                return None  # a socket, a pipe, a device: not a document
             status = item.stat(follow_symlinks=False)
+            mode = status.st_mode
+            if item.name.startswith("."):
+                return Entry(path + "/" if stat.S_ISDIR(mode) else path, problem="hidden")
+            if stat.S_ISREG(mode):
+                return Entry(path, status.st_size, str(status.st_mtime_ns))
+            if stat.S_ISDIR(mode):
+                return _FOLDER
+            if stat.S_ISLNK(mode):
+                return self._linked(item, path)
         except OSError as error:
             return Entry(path, problem=_file_problem(error), outcome=FAILED)
-        return Entry(path, status.st_size, str(status.st_mtime_ns))
+        return None
 
     def _linked(self, item: os.DirEntry[str], path: str) -> Entry:
         try:
@@ -135,6 +136,10 @@ class DirectorySource:
     def unchanged_while_read(self, entry: Entry, read: Entry) -> bool:
         after = self.restat(entry)
         return after is not None and after.size == entry.size and after.stamp == entry.stamp
+
+
+_NAME = operator.attrgetter("name")
+_FOLDER = Entry("")  # what _entry returns for a folder to descend into
 
 
 def _folder_problem(error: OSError) -> str:

@@ -44,8 +44,10 @@ def test_upload_and_submit_writes_once_and_reads_nothing_back(invoke, reviewed, 
     assert result.code == 0, result.stderr
     assert "second.txt" in result.stdout  # the task's line names its file
     assert "same content as first.txt" in result.stderr
-    # The schema check, the guard, and the one write that also finds the duplicate.
-    assert trace.transactions == 3
+    # The schema check, the guard, the look for objects a killed command left (a read),
+    # the object's pending record (committed before it is written: no orphan after a
+    # kill -9), and the one write that also finds the duplicate.
+    assert trace.transactions == 5
 
 
 def test_a_missing_id_is_looked_up_once_in_the_guard(invoke):

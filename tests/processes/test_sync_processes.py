@@ -5,7 +5,9 @@ with no duplicate, no lost file and no orphan object (on SQLite and PostgreSQL).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,9 +58,10 @@ def test_a_killed_sync_run_again_converges(tmp_path):
     assert actions.count("added") >= FILES - FILES // 3 - 1
     assert set(actions) <= {"added", "unchanged"}
     converged(source)
-    # At most the one file being stored at the kill left an object no document names
-    # (kb doctor reports it after its grace period; --repair quarantines it).
-    assert len(object_keys()) - FILES in (0, 1)
+    # The file being stored at the kill was recorded as pending before it was written:
+    # the run again deleted it, so no object is left that no document names.
+    assert len(object_keys()) == FILES
+    assert db_rows("SELECT count(*) AS n FROM pending_objects")[0]["n"] == 0
     final = run_kb("sync", str(source), "--json")
     assert {record.get("action") for record in final.records[:-1]} == {"unchanged"}
 
@@ -80,6 +83,48 @@ def test_two_syncs_at_once_make_no_duplicate(tmp_path):
     assert sorted(added) == sorted(set(added)) and len(added) == FILES
     converged(source)
     assert len(object_keys()) == FILES  # the loser of each race removed its object
+    assert db_rows("SELECT count(*) AS n FROM pending_objects")[0]["n"] == 0
+
+
+# Stores one object the way upload and sync do (recorded as pending, then written), and
+# is killed before any document names it.
+KILLED_AFTER_STORING = """
+import io, os, signal
+from kb_cli.app import Kb
+from kb_cli.config import resolve_settings
+from kb_cli.services import documents, pending
+kb = Kb.open(resolve_settings(), actor="tester")
+documents.claimed_store(kb)
+[key] = pending.reserve(kb, 1)
+kb.store.put(io.BytesIO(b"Half done: no row names this."), 1 << 20, key)
+print(key, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_an_object_stored_by_a_killed_command_is_no_orphan(tmp_path):
+    """Between storing an object and committing its row, SIGKILL: kb doctor reports the
+    object as abandoned at once (not after an orphan's grace period), and the next sync
+    on this host deletes it, so doctor is clean right after."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.md").write_text("# A\n\nThe text of a.\n", "utf-8")
+    assert run_kb("sync", str(source)).code == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_STORING], env=kb_env(), capture_output=True, text=True
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    key = killed.stdout.strip()
+    assert key in object_keys()
+    doctor = run_kb("doctor", "--json")
+    assert doctor.code == 4, doctor.stdout
+    [problem] = json.loads(doctor.stdout)["problems"]
+    assert (problem["kind"], problem["id"]) == ("abandoned_object", key)
+    again = run_kb("sync", str(source), "--json")
+    assert again.code == 0, again.stderr
+    assert key not in object_keys() and len(object_keys()) == 1
+    assert run_kb("doctor", "--json").code == 0
+    assert db_rows("SELECT count(*) AS n FROM pending_objects")[0]["n"] == 0
 
 
 def readme_ci_block() -> str:
@@ -155,3 +200,68 @@ def test_on_a_terminal_sync_counts_live_and_reparse_asks_first(tmp_path):
     )
     assert code == 1 and "nothing queued" in ANSI.sub("", screen)
     assert {d["revision"] for d in kb_json("status")} == {1}
+
+
+# Root reads every folder whatever its mode: a `kb sync` run by root is run without the
+# two capabilities that allow it (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so a folder
+# of mode 000 is as unreadable to it as to any user; it still owns its home.
+DROP_READ_ANYTHING = "-dac_override,-dac_read_search"
+
+
+def as_an_ordinary_user(*args: str) -> list[str]:
+    command = [sys.executable, "-m", "kb_cli", *args]
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("tests run as root and setpriv (util-linux) is missing: no way to be denied")
+    return [
+        setpriv,
+        f"--inh-caps={DROP_READ_ANYTHING}",
+        f"--bounding-set={DROP_READ_ANYTHING}",
+        *command,
+    ]
+
+
+def test_a_folder_sync_may_not_read_is_failed_and_its_documents_kept(tmp_path):
+    """A real `kb sync` denied a folder: the folder is `failed` with the reason, an
+    unreadable file too, the rest goes on; a document synced from that folder before is
+    not missing (not deleted, even with --missing delete), and is there once readable."""
+    source = source_tree(tmp_path / "src")
+    assert run_kb("sync", str(source)).code == 0
+    locked = source / "part1"
+    secret = source / "part2" / "secret.md"
+    secret.write_text("# Secret\n\nNot for kb.\n", "utf-8")
+    locked.chmod(0)
+    secret.chmod(0)
+    try:
+        denied = subprocess.run(
+            as_an_ordinary_user("sync", str(source), "--missing", "delete", "--json"),
+            env=kb_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        locked.chmod(0o755)
+        secret.chmod(0o644)
+    assert denied.returncode == 6, denied.stderr
+    records = {r["path"]: r for r in map(json.loads, denied.stdout.splitlines()[:-1])}
+    assert records["part1/"]["action"] == "failed"
+    assert records["part1/"]["reason"] == "folder not readable: Permission denied"
+    assert records["part2/secret.md"]["action"] == "failed"
+    assert records["part2/secret.md"]["reason"] == "not readable: Permission denied"
+    under_locked = [p for p in records if p.startswith("part1/") and p != "part1/"]
+    assert len(under_locked) == FILES // 6
+    assert {records[p]["action"] for p in under_locked} == {"skipped"}
+    assert {records[p]["reason"] for p in under_locked} == {
+        "its folder could not be read; left as it is"
+    }
+    rest = [r for p, r in records.items() if not p.startswith(("part1/", "part2/secret"))]
+    assert len(rest) == FILES - FILES // 6 and {r["action"] for r in rest} == {"unchanged"}
+    assert db_rows("SELECT count(*) AS n FROM documents")[0]["n"] == FILES
+    readable = run_kb("sync", str(source), "--json")
+    assert readable.code == 0, readable.stderr
+    actions = {r["path"]: r["action"] for r in readable.records[:-1]}
+    assert actions.pop("part2/secret.md") == "added"
+    assert set(actions.values()) == {"unchanged"} and len(actions) == FILES
