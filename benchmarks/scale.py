@@ -563,8 +563,7 @@ def measure_home(engine: str, size: str, url: str | None, args, manifest: dict) 
     env = kb_env(home, url)
     kb = open_kb(home, url)
     asked = [q["question"] for _corpus, q in questions()]
-    step = max(1, len(asked) // args.questions)
-    sample = asked[::step][: args.questions]
+    sample = spread(asked, args.questions)
     log(f"{engine}-{size}: search in process")
     result = {
         "engine": engine,
@@ -575,7 +574,7 @@ def measure_home(engine: str, size: str, url: str | None, args, manifest: dict) 
         "in_process": in_process_latency(kb, sample),
     }
     log(f"{engine}-{size}: search processes")
-    result["process"] = process_latency(env, sample[: args.process_questions])
+    result["process"] = process_latency(env, spread(sample, args.process_questions))
     result["recall_at_10"] = recall_at_10(kb, sample)
     result["index_build_seconds"] = index_build_seconds(env)
     if not args.skip_quality:
@@ -586,6 +585,13 @@ def measure_home(engine: str, size: str, url: str | None, args, manifest: dict) 
         result["lifecycle_seconds"] = lifecycle_costs(env)
     kb.db.close()
     return result
+
+
+def spread(items: list, count: int) -> list:
+    """`count` items taken evenly over the list (every corpus and both languages, as
+    the questions come corpus by corpus)."""
+    step = max(1, len(items) // max(count, 1))
+    return items[::step][:count]
 
 
 def report(results: list[dict], baselines: dict | None, ingest: dict | None) -> str:
