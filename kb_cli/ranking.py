@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -141,19 +143,69 @@ def discount_repeats(
 
 
 def collapse_copies(hits: list[Hit], text_of: Callable[[int], str]) -> list[tuple[Hit, list[int]]]:
-    """Each hit with the chunk ids of its lower-ranked copies (the same text once runs of
-    whitespace are one space), which are dropped: a text held by several documents is
+    """Each hit with the chunk ids of its lower-ranked copies, which are dropped: the
+    same text once runs of whitespace are one space, or nearly the same (a module kept
+    in two versions, a page edited in one line): a text held by several documents is
     one hit that names the others."""
     first_of: dict[str, int] = {}
     kept: list[tuple[Hit, list[int]]] = []
+    near = NearCopies()
     for hit in hits:
-        key = normalised(text_of(hit[0]))
-        if key in first_of:
-            kept[first_of[key]][1].append(hit[0])
+        text = text_of(hit[0])
+        key = normalised(text)
+        at = first_of.get(key)
+        if at is None:
+            at = near.copied_or_added(text, len(kept))
+        if at is not None:
+            kept[at][1].append(hit[0])
             continue
         first_of[key] = len(kept)
         kept.append((hit, []))
     return kept
+
+
+NEAR_COPY = 0.7  # share of word shingles two texts hold in common (Jaccard) to be copies
+SHINGLE_WORDS = 5
+_SHINGLE_TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W_]+")
+
+
+def shingles(text: str) -> frozenset[int]:
+    """A sample of the text's runs of SHINGLE_WORDS words (case folded; a Chinese
+    character counts as a word), each as a stable hash: about one in four, chosen by
+    the hash, so two texts keep the same sample of what they share. A text too short
+    for a sample of 4 keeps all of its runs."""
+    tokens = _SHINGLE_TOKEN.findall(text.casefold())
+    runs = {
+        zlib.crc32(" ".join(tokens[i : i + SHINGLE_WORDS]).encode())
+        for i in range(max(1, len(tokens) - SHINGLE_WORDS + 1))
+    }
+    sample = frozenset(run for run in runs if run % 4 == 0)
+    return sample if len(sample) >= 4 else frozenset(runs)
+
+
+class NearCopies:
+    """Texts seen so far, found again by their shingles: a text is a near copy of the
+    first earlier one whose shingles it shares at NEAR_COPY (Jaccard) or more."""
+
+    def __init__(self) -> None:
+        self._sets: list[tuple[frozenset[int], int]] = []
+        self._holders: dict[int, list[int]] = defaultdict(list)  # shingle: its texts
+
+    def copied_or_added(self, text: str, label: int) -> int | None:
+        """The label of the text this one nearly copies; None (and this text is kept
+        under `label`) when there is none."""
+        mine = shingles(text)
+        candidates = {held for run in mine for held in self._holders.get(run, ())}
+        for position in sorted(candidates):
+            theirs, earlier = self._sets[position]
+            shared = len(mine & theirs)
+            if shared >= NEAR_COPY * (len(mine) + len(theirs) - shared):
+                return earlier
+        position = len(self._sets)
+        self._sets.append((mine, label))
+        for run in mine:
+            self._holders[run].append(position)
+        return None
 
 
 def normalised(text: str) -> str:

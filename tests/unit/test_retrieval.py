@@ -109,6 +109,30 @@ def test_copies_collapse_into_the_first_hit_that_holds_their_text():
     assert [(hit[0], copies) for hit, copies in collapsed] == [(1, [3]), (2, []), (4, [])]
 
 
+_MODULE = " ".join(
+    f"def step_{i}(buffer, size): return buffer.read(size) + checksum(buffer, {i})"
+    for i in range(40)
+)
+
+
+def test_near_copies_collapse_but_neighbours_and_other_texts_do_not():
+    """A module kept in two versions (one line changed, the chunk cut a little later)
+    is one hit; the next chunk of the same module, which repeats only its overlap, and
+    a different text on the same subject stay hits of their own."""
+    newer = _MODULE[:1000]
+    older = _MODULE[40:1040].replace("step_7(", "step_seven(")
+    neighbour = _MODULE[850:1850]
+    other = " ".join(f"The buffer holds {i} bytes before read returns the size" for i in range(20))
+    text = {1: newer, 2: other, 3: older, 4: neighbour}
+    hits = [(chunk, 1.0 - chunk / 10, chunk, None) for chunk in (1, 2, 3, 4)]
+    collapsed = collapse_copies(hits, text.__getitem__)
+    assert [(hit[0], copies) for hit, copies in collapsed] == [(1, [3]), (2, []), (4, [])]
+    # Short texts that differ in a word are not copies: too little to compare.
+    short = {1: "Keep receipts for 15 days.", 2: "Keep receipts for 30 days."}
+    pair = [(1, 0.9, 1, None), (2, 0.8, 2, None)]
+    assert [copies for _hit, copies in collapse_copies(pair, short.__getitem__)] == [[], []]
+
+
 def test_rerank_reorders_the_head_and_keeps_the_tail():
     hits = [(1, 0.9, 1, 1), (2, 0.8, 2, None), (3, 0.7, None, 1), (4, 0.6, 4, None)]
     reranked = rerank(hits, [0.1, 0.7, 0.3])
