@@ -117,7 +117,7 @@ def bulk(server_url: str, megabytes: int, part: int, parts: int) -> None:
     from kb_cli.chunking import chunk_blocks, contextual_text, with_context
     from kb_cli.config import resolve_settings
     from kb_cli.embeddings import to_blob
-    from kb_cli.textsearch import count_words, index_terms
+    from kb_cli.worker.pipeline import chunk_row
 
     os.environ["DATABASE_URL"] = database_url(server_url)
     home = Kb.open(resolve_settings(), actor="bench", create=False)
@@ -138,23 +138,10 @@ def bulk(server_url: str, megabytes: int, part: int, parts: int) -> None:
         )
         chunks = with_context(chunk_blocks(blocks, settings.chunk_chars), filename)
         vectors = embedder.embed([contextual_text(c.context, c.text) for c in chunks])
-        rows = []
-        for chunk, vector in zip(chunks, vectors, strict=True):
-            terms = index_terms(contextual_text(chunk.context, chunk.text))
-            rows.append(
-                {
-                    "chunk_index": chunk.index,
-                    "text": chunk.text,
-                    "page": chunk.page,
-                    "heading": chunk.heading and chunk.heading[:500],
-                    "context": chunk.context or None,
-                    "terms": terms,
-                    "term_count": count_words(terms),
-                    "embedding": to_blob(vector),
-                    "embedding_model": embedder.model,
-                    "embedding_dim": len(vector),
-                }
-            )
+        rows = [
+            chunk_row(chunk, to_blob(vector), embedder.model, len(vector))
+            for chunk, vector in zip(chunks, vectors, strict=True)
+        ]
         with home.db.write() as conn:
             queries.insert_chunks(conn, document_id, revision, task_id, rows)
             conn.execute(

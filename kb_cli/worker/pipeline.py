@@ -288,21 +288,26 @@ class Pipeline:
     ) -> list[dict[str, Any]]:
         end = start + batch
         return [
-            self._row(chunk, vector)
+            chunk_row(chunk, vector, self.model, self.dim)
             for chunk, vector in zip(chunks[start:end], vectors[start:end], strict=True)
         ]
 
-    def _row(self, chunk: ChunkText, vector: bytes | None) -> dict[str, Any]:
-        terms = index_terms(contextual_text(chunk.context, chunk.text))
-        return {
-            "chunk_index": chunk.index,
-            "text": chunk.text,
-            "page": chunk.page,
-            "heading": chunk.heading and chunk.heading[:500],
-            "context": chunk.context or None,
-            "terms": terms,
-            "term_count": count_words(terms),
-            "embedding": vector,
-            "embedding_model": vector and self.model,
-            "embedding_dim": vector and self.dim,
-        }
+
+def chunk_row(
+    chunk: ChunkText, vector: bytes | None, model: str | None, dim: int | None
+) -> dict[str, Any]:
+    """A chunk as `queries.insert_chunks` writes it: its text, its words for the index,
+    and its vector (None: embeddings off)."""
+    terms = index_terms(contextual_text(chunk.context, chunk.text))
+    return {
+        "chunk_index": chunk.index,
+        "text": chunk.text,
+        "page": chunk.page,
+        "heading": chunk.heading and chunk.heading[:500],
+        "context": chunk.context or None,
+        "terms": terms,
+        "term_count": count_words(terms),
+        "embedding": vector,
+        "embedding_model": vector and model,
+        "embedding_dim": vector and dim,
+    }
