@@ -44,11 +44,13 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory):
     """Let the many `kb` subprocesses share compiled bytecode (in a temp dir, not the tree).
 
     Purely a speed-up: with PYTHONDONTWRITEBYTECODE set, every subprocess would
-    recompile whatever has no .pyc yet.
+    recompile whatever has no .pyc yet. A cache the caller names (.ci/run's, shared by
+    its test runs) is kept.
     """
+    cache = os.environ.get("PYTHONPYCACHEPREFIX") or str(tmp_path_factory.mktemp("pycache"))
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        patch.setenv("PYTHONPYCACHEPREFIX", cache)
         yield
 
 

@@ -1,7 +1,5 @@
 """Search and its evaluation: `kb search`, `kb eval`."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,7 +1,5 @@
 """Knowledge bases: the `kb base` sub-app."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -10,6 +10,7 @@ option always wins, and nothing about the order before the command changes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -24,8 +25,14 @@ GLOBAL_OPTIONS_HINT = (
 )
 
 
+@functools.cache
 def build(app: typer.Typer):
-    """The command `app` stands for, ready to run (Typer's own click: typer.core)."""
+    """The command `app` stands for, ready to run (Typer's own click: typer.core); built
+    once per process, as click commands keep no state between runs (tests run many).
+
+    Typer reads the type hints of every command's every parameter here: the command
+    modules keep their annotations as objects (no `from __future__ import annotations`),
+    since string annotations cost an eval and a compile each, three times the build."""
     root = typer.main.get_command(app)
     globals_ = [
         param

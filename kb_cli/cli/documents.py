@@ -1,8 +1,6 @@
 """Documents and their review: `kb upload`, `kb submit`, `kb publish`, `kb reject`,
 `kb unpublish`, `kb delete`."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated, Any
 

@@ -1,8 +1,6 @@
 """Lifecycle events: `kb events` (read or follow them), `kb relay` (deliver them to a
 webhook)."""
 
-from __future__ import annotations
-
 import threading
 from typing import Annotated
 

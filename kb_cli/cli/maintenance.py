@@ -1,7 +1,5 @@
 """Maintenance: `kb reindex`, `kb doctor`, `kb demo` and the `kb db` sub-app."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

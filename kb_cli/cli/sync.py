@@ -1,7 +1,5 @@
 """Keeping a base in step with its source: `kb sync`, `kb reparse`."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -1,8 +1,6 @@
 """Tasks and workers: `kb status` (with `--wait`), `kb cancel`, `kb retry`, `kb work`
 (with its signal handling), `kb history`."""
 
-from __future__ import annotations
-
 import os
 import sys
 import threading

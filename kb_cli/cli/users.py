@@ -1,7 +1,5 @@
 """Users: the `kb user` sub-app."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

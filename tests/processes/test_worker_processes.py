@@ -78,7 +78,9 @@ def test_cancel_from_another_process_stops_a_running_worker(tmp_path):
     path = tmp_path / "long.txt"
     path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(10)))
     [task] = run_kb("upload", str(path), "--submit", "--json").records
-    worker = start_kb("work", "--stage-delay", "0.2", "--json")
+    # A pause long enough for two `kb` processes to start between two steps: a faster
+    # worker than the test's status polls once finished first.
+    worker = start_kb("work", "--stage-delay", "1", "--json")
     wait_until(
         lambda: run_kb("status", task["task_id"], "--json").record["status"] == "running",
         timeout=20,
