@@ -70,6 +70,10 @@ class WorkerListener(Protocol):
     def lost(self, task_id: str) -> None: ...
     def gave_up(self, task_id: str, reason: str) -> None: ...
     def stranded(self, task_id: str, reason: str) -> None: ...
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """What is said meanwhile may be written at once at the end (a batch's tasks are
+        told one after the other when it has ended)."""
+        ...
 
 
 class SilentListener:
@@ -102,6 +106,9 @@ class SilentListener:
 
     def stranded(self, task_id: str, reason: str) -> None:
         pass
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 class Recorder:
@@ -146,6 +153,9 @@ class Recorder:
 
     def stranded(self, task_id: str, reason: str) -> None:
         self.said.append(partial(self.listener.stranded, task_id, reason))
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 class Worker:
@@ -376,12 +386,13 @@ class Worker:
         finally:
             self.heartbeat.watch(*self.waiting)
         results = []
-        for claim, recorder in zip(claims, recorders, strict=True):
-            recorder.tell()
-            record = self._final_record(claim)
-            if record is not None:
-                self.listener.finished(record)
-            results.append(WorkResult(True, self.options.worker_id, claim.task.id, record))
+        with self.listener.held():
+            for claim, recorder in zip(claims, recorders, strict=True):
+                recorder.tell()
+                record = self._final_record(claim)
+                if record is not None:
+                    self.listener.finished(record)
+                results.append(WorkResult(True, self.options.worker_id, claim.task.id, record))
         if any(r.task is not None and r.task.status == TaskStatus.SUCCEEDED for r in results):
             self._fold_vectors()
         return results
