@@ -12,6 +12,7 @@ is open while a task is read, parsed or embedded.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 from kb_cli.chunking import ChunkText
 from kb_cli.embeddings import Embedder
 from kb_cli.lifecycle import Stage
-from kb_cli.worker.claim import Claim, complete_together
+from kb_cli.worker.claim import Claim, Written, complete_together
 from kb_cli.worker.pipeline import Pipeline, Reporter, embed_texts, embedding_texts
 
 
@@ -63,6 +64,9 @@ class Batch:
         """Every member's attempt to its end. ActorDisabled (the worker's user was
         disabled) and ClaimStranded (the database went away) end the whole batch: the
         caller gives back or leaves the tasks not ended yet."""
+        written = Written(time.monotonic())
+        for member in self.members:  # progress is written now and then for the batch
+            member.claim.written = written
         self._each(self._parse)
         self._embed()
         self._each(self._index)

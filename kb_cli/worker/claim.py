@@ -251,6 +251,14 @@ def _fail_lost_worker(
     return task.id, detail
 
 
+@dataclass
+class Written:
+    """When progress was last written: of one attempt, or shared by the tasks of a batch
+    (kb_cli/worker/batch.py), which then write now and then all together, not each."""
+
+    at: float
+
+
 class Claim:
     """One attempt's hold on its task, and every write it makes.
 
@@ -283,7 +291,8 @@ class Claim:
         options = claimant.options
         # A stage delay exists so that others can watch: then every step is written.
         self._write_interval = 0.0 if options.stage_delay else options.progress_interval
-        self._last_write = self._started = time.monotonic()
+        self._started = time.monotonic()
+        self.written = Written(self._started)
         self.batch = self.kb.settings.chunk_batch
         # Whether chunks of this task's revision may exist before the completion: an
         # earlier attempt may have left some, and this one writes batches ahead.
@@ -295,7 +304,7 @@ class Claim:
     def started(self) -> None:
         """The attempt begins now (a task claimed with others waited for its turn):
         progress writes and the parse's cost are counted from here."""
-        self._last_write = self._started = time.monotonic()
+        self.written.at = self._started = time.monotonic()
 
     @property
     def fence(self) -> tuple[str, int]:
@@ -312,7 +321,7 @@ class Claim:
         """Remember where the attempt is; write it now and then. On a busy database the
         write waits for the next step; the heartbeat keeps the lease meanwhile."""
         self.position = (stage, done, total)
-        if time.monotonic() - self._last_write >= self._write_interval:
+        if time.monotonic() - self.written.at >= self._write_interval:
             with contextlib.suppress(BusyError), self.kb.db.write() as conn:
                 self._write_progress(conn, stage, done, total)
 
@@ -338,7 +347,7 @@ class Claim:
             lease_expires_at=lease,
         ):
             raise ClaimLost()
-        self._last_write = time.monotonic()
+        self.written.at = time.monotonic()
 
     def renew_lease(self) -> None:
         with self.kb.db.write() as conn:
