@@ -384,6 +384,16 @@ def insert_user(conn: Connection, **values: Unpack[UserInsert]) -> None:
     _insert(conn, USERS, values)
 
 
+class LifecycleEvent(NamedTuple):
+    """A lifecycle event to write (`kb events`, `kb relay`)."""
+
+    kind: str
+    document_id: str
+    task_id: str | None
+    data: dict[str, Any]
+    at: str
+
+
 def insert_event(
     conn: Connection,
     kind: str,
@@ -397,18 +407,28 @@ def insert_event(
     locked before the id is taken, so two transactions with events of one document
     take their ids in the order they commit (a worker's completion holds the task's
     lock, not yet the document's, when it writes `task.succeeded`)."""
-    conn.execute(
+    insert_events(conn, [LifecycleEvent(kind, document_id, task_id, data, at)])
+
+
+def insert_events(conn: Connection, events: Sequence[LifecycleEvent]) -> None:
+    """Lifecycle events (as insert_event writes one), in this order, in one statement."""
+    if not events:
+        return
+    conn.executemany(
         f"INSERT INTO {OUTBOX} (topic, entity_id, document_id, task_id, base, payload, "
         "created_at) SELECT :topic, :entity_id, d.id, :task_id, d.base, :payload, :at "
         f"FROM {DOCUMENTS} AS d WHERE d.id = :document_id{conn.engine.LOCK_ROW}",
-        {
-            "topic": kind,
-            "entity_id": task_id or document_id,
-            "document_id": document_id,
-            "task_id": task_id,
-            "payload": json.dumps(data),
-            "at": at,
-        },
+        [
+            {
+                "topic": event.kind,
+                "entity_id": event.task_id or event.document_id,
+                "document_id": event.document_id,
+                "task_id": event.task_id,
+                "payload": json.dumps(event.data),
+                "at": event.at,
+            }
+            for event in events
+        ],
     )
     wake(conn, EVENTS_CHANNEL)
 

@@ -8,6 +8,7 @@ and a task that becomes claimable wakes the idle workers at commit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Unpack
 
 from kb_cli import queries
@@ -22,7 +23,7 @@ from kb_cli.lifecycle import (
     is_legal_document_transition,
     is_legal_task_transition,
 )
-from kb_cli.queries import AuditEvent, DocumentChanges, TaskChanges
+from kb_cli.queries import AuditEvent, DocumentChanges, LifecycleEvent, TaskChanges
 from kb_cli.records import DocumentRow, TaskRow
 
 # Where a new run of a task starts: no progress, no error, no pending retry.
@@ -66,6 +67,41 @@ def document_event_type(action: str, to: DocStatus) -> EventType | None:
     return None
 
 
+@dataclass
+class Events:
+    """The audit and lifecycle events of several moves in one transaction, written
+    together before it commits (one statement for each table): a worker that completes
+    a batch of small tasks pays for its events' statements once. In the order of the
+    moves, so `kb history` and `kb events` read them as if written one by one."""
+
+    audit: list[AuditEvent] = field(default_factory=list)
+    lifecycle: list[LifecycleEvent] = field(default_factory=list)
+    wakes_tasks: bool = False
+
+    def write(self, conn: Connection) -> None:
+        queries.insert_audit_events(conn, self.audit)
+        queries.insert_events(conn, self.lifecycle)
+        if self.wakes_tasks:
+            queries.wake(conn, TASKS_CHANNEL)
+        self.audit, self.lifecycle, self.wakes_tasks = [], [], False
+
+
+def _record(conn: Connection, events: Events | None, audit: AuditEvent) -> None:
+    """An audit event now, or with the others of `events`."""
+    if events is None:
+        queries.insert_audit_events(conn, [audit])
+    else:
+        events.audit.append(audit)
+
+
+def _publish(conn: Connection, events: Events | None, event: LifecycleEvent) -> None:
+    """A lifecycle event now, or with the others of `events`."""
+    if events is None:
+        queries.insert_events(conn, [event])
+    else:
+        events.lifecycle.append(event)
+
+
 def audit_event(
     actor: str,
     action: str,
@@ -98,11 +134,13 @@ def move_task(
     detail: str | None = None,
     fence: tuple[str, int] | None = None,
     required: bool = False,
+    events: Events | None = None,
     **values: Unpack[TaskChanges],
 ) -> TaskRow | None:
     """Move a task from the status it was read with: the new row, or None if it changed
     meanwhile (with `required`, a ConflictError instead). `updated_at` (the caller's
-    clock) is also the time of its audit and lifecycle events.
+    clock) is also the time of its audit and lifecycle events, written now or, given
+    `events`, when the caller writes those.
 
     A worker's move (`fence` given) always starts from its own running claim.
     """
@@ -113,16 +151,21 @@ def move_task(
         conn, task.id, [origin], fence=fence, status=to, updated_at=updated_at, **values
     )
     if moved:
-        queries.insert_audit_events(
-            conn, [audit_event(actor, action, task.id, origin, to, detail, at=updated_at)]
+        _record(
+            conn, events, audit_event(actor, action, task.id, origin, to, detail, at=updated_at)
         )
         if to in TASK_EVENTS:
             data = task_event_data(moved)
-            queries.insert_event(
-                conn, TASK_EVENTS[to], moved.document_id, task.id, data, updated_at
+            _publish(
+                conn,
+                events,
+                LifecycleEvent(TASK_EVENTS[to], moved.document_id, task.id, data, updated_at),
             )
         if to in WAKING_TASK_STATUSES:
-            queries.wake(conn, TASKS_CHANNEL)
+            if events is None:
+                queries.wake(conn, TASKS_CHANNEL)
+            else:
+                events.wakes_tasks = True
     elif required:
         raise ConflictError(f"task {task.id} changed meanwhile; read it again and retry")
     return moved
@@ -172,6 +215,7 @@ def move_document_from(
     detail: str | None = None,
     if_version: int | None = None,
     required: bool = False,
+    events: Events | None = None,
     **values: Unpack[DocumentChanges],
 ) -> DocumentRow | None:
     """As move_document, for a caller that knows the status the document should be in
@@ -188,9 +232,8 @@ def move_document_from(
         **values,
     )
     if moved:
-        queries.insert_audit_events(
-            conn, [audit_event(actor, action, document_id, origin, to, detail, at=updated_at)]
-        )
+        audit = audit_event(actor, action, document_id, origin, to, detail, at=updated_at)
+        _record(conn, events, audit)
         if kind := document_event_type(action, to):
             data = {
                 "status": moved.status,
@@ -198,7 +241,8 @@ def move_document_from(
                 "published_revision": moved.published_revision,
                 "version": moved.version,
             }
-            queries.insert_event(conn, kind, document_id, moved.latest_task_id, data, updated_at)
+            event = LifecycleEvent(kind, document_id, moved.latest_task_id, data, updated_at)
+            _publish(conn, events, event)
     elif required:
         raise ConflictError(f"document {document_id} changed meanwhile; read it again and retry")
     return moved

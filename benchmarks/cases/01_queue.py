@@ -1,29 +1,51 @@
 """Queue overhead: `kb work --drain` on tiny text files against Huey's no-op loop, with
-kb's own statements from a bare sqlite3 loop as the floor."""
+kb's own statements from a bare sqlite3 loop as the floor. KB_BENCH_BEFORE=DIR also
+drains with another checkout (main), interleaved with this one's runs, on the same
+load; CPU time per task is reported beside the rates."""
 
 from __future__ import annotations
 
+import os
+import resource
 import sqlite3
+import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import Context, Row, kb, median_of, upload_tiny
+from benchmarks.harness import PY, Context, Row, env_for, upload_tiny
 
 TITLE = "queue overhead"
 
 
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def run(ctx: Context) -> list[Row]:
     work, sizes = ctx.work, ctx.sizes
+    before = os.environ.get("KB_BENCH_BEFORE")
 
-    def kb_drain() -> float:
+    def kb_drain(checkout: str | None = None) -> tuple[float, float]:
+        """Tasks/s and CPU ms per task of one `kb work --drain`."""
         home = Path(tempfile.mkdtemp(dir=work)) / "home"
         upload_tiny(home, sizes.tiny_docs)
-        start = time.perf_counter()
-        kb(home, "work", "--drain", "--json")
-        return sizes.tiny_docs / (time.perf_counter() - start)
+        env = env_for(home, **({"PYTHONPATH": checkout} if checkout else {}))
+        cpu, start = _children_cpu(), time.perf_counter()
+        # Run outside the repository: its kb_cli would come first on sys.path.
+        subprocess.run(
+            [PY, "-m", "kb_cli", "work", "--drain", "--json"],
+            env=env,
+            cwd=work,
+            capture_output=True,
+            check=True,
+        )
+        seconds = time.perf_counter() - start
+        return sizes.tiny_docs / seconds, (_children_cpu() - cpu) / sizes.tiny_docs * 1e3
 
-    def huey_noop() -> float:
+    def huey_noop() -> tuple[float, float]:
         from huey import SqliteHuey
 
         huey = SqliteHuey(filename=str(Path(tempfile.mkdtemp(dir=work)) / "huey.db"))
@@ -34,12 +56,12 @@ def run(ctx: Context) -> list[Row]:
 
         for _ in range(sizes.tiny_docs):
             noop()
-        start = time.perf_counter()
+        cpu, start = time.process_time(), time.perf_counter()
         done = 0
         while (task := huey.dequeue()) is not None:
             huey.execute(task)
             done += 1
-        return done / (time.perf_counter() - start)
+        return done / (time.perf_counter() - start), (time.process_time() - cpu) / done * 1e3
 
     def sql_floor() -> float:
         home = Path(tempfile.mkdtemp(dir=work)) / "home"
@@ -48,10 +70,15 @@ def run(ctx: Context) -> list[Row]:
         done = raw_sqlite_tasks(home)
         return done / (time.perf_counter() - start)
 
-    kb_rate = median_of(sizes.runs, kb_drain)
-    huey_rate = median_of(sizes.runs, huey_noop)
-    floor_rate = median_of(sizes.runs, sql_floor)
-    return [
+    measured: dict[str, list[tuple[float, float]]] = {"kb": [], "huey": [], "before": []}
+    for _ in range(sizes.runs):  # interleaved: each run sees the same load
+        measured["kb"].append(kb_drain())
+        if before:
+            measured["before"].append(kb_drain(before))
+        measured["huey"].append(huey_noop())
+    (kb_rate, kb_cpu), (huey_rate, huey_cpu) = _medians(measured["kb"]), _medians(measured["huey"])
+    floor_rate = statistics.median(sql_floor() for _ in range(sizes.runs))
+    rows = [
         Row(
             f"{sizes.tiny_docs} tiny .txt, 1 worker",
             kb_rate,
@@ -62,6 +89,29 @@ def run(ctx: Context) -> list[Row]:
             "(its dequeue/execute loop, in process)",
         ),
         Row(
+            "CPU per task, 1 worker (kb: the whole process, start-up included)",
+            kb_cpu,
+            huey_cpu,
+            "ms",
+            "context",
+            "the ratio of CPU times, less moved by the machine's load than wall times",
+        ),
+    ]
+    if before:
+        before_rate, before_cpu = _medians(measured["before"])
+        rows.append(
+            Row(
+                "the same, KB_BENCH_BEFORE's checkout (interleaved)",
+                before_rate,
+                huey_rate,
+                "tasks/s",
+                "context",
+                f"CPU {before_cpu:.2f} ms per task; this checkout {kb_rate / before_rate:.2f}x",
+            )
+        )
+    return [
+        *rows,
+        Row(
             "context: kb's statements for the same tasks, raw sqlite3, no Python logic",
             floor_rate,
             huey_rate,
@@ -71,6 +121,10 @@ def run(ctx: Context) -> list[Row]:
             "index, completion, in two transactions",
         ),
     ]
+
+
+def _medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
 def raw_sqlite_tasks(home: Path) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -41,6 +43,25 @@ class PlainWorkerLog:
         self._idle = False
         self.where = ""  # the knowledge base and store served, once started() named them
         self.store = ""
+        self._held: list[str] | None = None  # lines kept to be written at once
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Keep the lines logged meanwhile and write them at once at the end (a batch of
+        small tasks is told after it ended: one write, not one per line)."""
+        self._held = []
+        try:
+            yield
+        finally:
+            lines, self._held = self._held, None
+            if lines:
+                log("\n".join(lines))
+
+    def _log(self, line: str) -> None:
+        if self._held is None:
+            log(line)
+        else:
+            self._held.append(line)
 
     def started(self, where: str, store: str) -> None:
         """Which knowledge base and object store this worker serves: named by its idle
@@ -50,21 +71,23 @@ class PlainWorkerLog:
     def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
         self._idle = False
         if reclaimed_from:
-            log(f"reclaimed task={task.task_id} from={reclaimed_from} worker={self.worker_id}")
-        log(
+            self._log(
+                f"reclaimed task={task.task_id} from={reclaimed_from} worker={self.worker_id}"
+            )
+        self._log(
             f"claimed task={task.task_id} worker={self.worker_id} status={task.status} "
             f"attempt={task.attempt}"
         )
-        log(f"document={task.document_id} file={quoted(filename)} revision={task.revision}")
+        self._log(f"document={task.document_id} file={quoted(filename)} revision={task.revision}")
         self._last = None
 
     def missed(self, task_id: str | None) -> None:
         if task_id:
-            log(f"claim missed task={task_id} worker={self.worker_id}")
+            self._log(f"claim missed task={task_id} worker={self.worker_id}")
         elif not self._idle:
             self._idle = True
             serving = f" kb={quoted(self.where)} store={quoted(self.store)}" if self.where else ""
-            log(f"no claimable task worker={self.worker_id}{serving}")
+            self._log(f"no claimable task worker={self.worker_id}{serving}")
 
     def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
         now = time.monotonic()
@@ -72,38 +95,38 @@ class PlainWorkerLog:
         finished = total > 0 and done >= total
         due = new_stage or finished or now - self._last_at >= PLAIN_PROGRESS_INTERVAL
         if due and self._last != (stage, done, total):
-            log(f"stage={stage} {done}/{total}")
+            self._log(f"stage={stage} {done}/{total}")
             self._last, self._last_at = (stage, done, total), now
 
     def reused(self, task_id: str, revision: int, chunks: int) -> None:
-        log(f"reused parse task={task_id} revision={revision} chunks={chunks}")
+        self._log(f"reused parse task={task_id} revision={revision} chunks={chunks}")
         self._last = None
 
     def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
         if engine:
-            log(f"ocr engine={quoted(engine)} worker={self.worker_id}")
-        log(f"ocr task={task_id} pages={pages}")
+            self._log(f"ocr engine={quoted(engine)} worker={self.worker_id}")
+        self._log(f"ocr task={task_id} pages={pages}")
 
     def finished(self, task: TaskRecord) -> None:
         line = f"finished task={task.task_id} status={task.status} attempt={task.attempt}"
         if task.error_code:
             line += f" error={task.error_code} detail={json.dumps(task.error_detail)}"
-        log(line)
+        self._log(line)
 
     def released(self, task_id: str) -> None:
-        log(f"released task={task_id} worker={self.worker_id}")
+        self._log(f"released task={task_id} worker={self.worker_id}")
 
     def lost(self, task_id: str) -> None:
-        log(
+        self._log(
             f"claim lost task={task_id} worker={self.worker_id}: cancelled or reclaimed; "
             "stopped without writing"
         )
 
     def gave_up(self, task_id: str, reason: str) -> None:
-        log(f"failed task={task_id} error=worker_lost detail={json.dumps(reason)}")
+        self._log(f"failed task={task_id} error=worker_lost detail={json.dumps(reason)}")
 
     def stranded(self, task_id: str, reason: str) -> None:
-        log(f"interrupted task={task_id} worker={self.worker_id}: {reason}")
+        self._log(f"interrupted task={task_id} worker={self.worker_id}: {reason}")
 
     def close(self) -> None:
         pass

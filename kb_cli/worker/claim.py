@@ -28,6 +28,7 @@ from kb_cli.queries import TaskChanges
 from kb_cli.records import DocumentRow, TaskRow
 from kb_cli.transitions import (
     FRESH_RUN,
+    Events,
     audit_event,
     move_document_from,
     move_task,
@@ -91,7 +92,14 @@ class Claimant:
             f"(an admin can run: kb user enable {name})"
         )
 
-    def move_document(self, conn: Connection, task: TaskRow, to: DocStatus, action: str) -> None:
+    def move_document(
+        self,
+        conn: Connection,
+        task: TaskRow,
+        to: DocStatus,
+        action: str,
+        events: Events | None = None,
+    ) -> None:
         """Move the task's document along, if it is still processing (one guarded
         UPDATE: a document that was deleted or moved on is left alone)."""
         move_document_from(
@@ -103,6 +111,7 @@ class Claimant:
             action=action,
             detail=self.audit_detail(f"task {task.id}"),
             updated_at=self.now(),
+            events=events,
         )
 
 
@@ -139,6 +148,7 @@ def take(claimant: Claimant, task_id: str | None, limit: int = 1) -> Taken:
 def _take_once(claimant: Claimant, task_id: str | None, limit: int) -> Taken:
     taken = Taken()
     budget = BATCH_BYTES
+    events = Events()  # the claims' audit events, written together before the commit
     with claimant.kb.db.write() as conn:
         if claimant.actor_disabled(conn):  # a disabled user's worker takes nothing more
             raise claimant.refusal()
@@ -155,13 +165,14 @@ def _take_once(claimant: Claimant, task_id: str | None, limit: int) -> Taken:
             size = document.size_bytes if document else 0
             if taken.claims and size > budget:
                 break
-            claim = _claim(claimant, conn, task, document)
+            claim = _claim(claimant, conn, task, document, events)
             if claim is None:
                 break
             taken.claims.append(claim)
             budget -= size
             if task_id is not None or len(taken.claims) >= limit or budget <= 0:
                 break
+        events.write(conn)
     return taken
 
 
@@ -172,7 +183,11 @@ def _candidate(conn: Connection, task_id: str | None, now: str) -> TaskRow | Non
 
 
 def _claim(
-    claimant: Claimant, conn: Connection, task: TaskRow, document: DocumentRow | None
+    claimant: Claimant,
+    conn: Connection,
+    task: TaskRow,
+    document: DocumentRow | None,
+    events: Events | None = None,
 ) -> Claim | None:
     """Claim (or reclaim) one claimable task in the caller's transaction."""
     reclaimed_from = task.worker_id if task.status == TaskStatus.RUNNING else None
@@ -197,6 +212,7 @@ def _claim(
             else None
         ),
         updated_at=now,
+        events=events,
         **run,
     )
     if claimed is None:  # cannot happen under BEGIN IMMEDIATE / row locks; be safe
@@ -235,6 +251,14 @@ def _fail_lost_worker(
     return task.id, detail
 
 
+@dataclass
+class Written:
+    """When progress was last written: of one attempt, or shared by the tasks of a batch
+    (kb_cli/worker/batch.py), which then write now and then all together, not each."""
+
+    at: float
+
+
 class Claim:
     """One attempt's hold on its task, and every write it makes.
 
@@ -267,7 +291,8 @@ class Claim:
         options = claimant.options
         # A stage delay exists so that others can watch: then every step is written.
         self._write_interval = 0.0 if options.stage_delay else options.progress_interval
-        self._last_write = self._started = time.monotonic()
+        self._started = time.monotonic()
+        self.written = Written(self._started)
         self.batch = self.kb.settings.chunk_batch
         # Whether chunks of this task's revision may exist before the completion: an
         # earlier attempt may have left some, and this one writes batches ahead.
@@ -279,7 +304,7 @@ class Claim:
     def started(self) -> None:
         """The attempt begins now (a task claimed with others waited for its turn):
         progress writes and the parse's cost are counted from here."""
-        self._last_write = self._started = time.monotonic()
+        self.written.at = self._started = time.monotonic()
 
     @property
     def fence(self) -> tuple[str, int]:
@@ -296,7 +321,7 @@ class Claim:
         """Remember where the attempt is; write it now and then. On a busy database the
         write waits for the next step; the heartbeat keeps the lease meanwhile."""
         self.position = (stage, done, total)
-        if time.monotonic() - self._last_write >= self._write_interval:
+        if time.monotonic() - self.written.at >= self._write_interval:
             with contextlib.suppress(BusyError), self.kb.db.write() as conn:
                 self._write_progress(conn, stage, done, total)
 
@@ -322,7 +347,7 @@ class Claim:
             lease_expires_at=lease,
         ):
             raise ClaimLost()
-        self._last_write = time.monotonic()
+        self.written.at = time.monotonic()
 
     def renew_lease(self) -> None:
         with self.kb.db.write() as conn:
@@ -469,30 +494,35 @@ class Claim:
     def complete(self, rows: list[dict[str, Any]]) -> TaskRow:
         """The last batch of chunks, task and document in one short transaction that
         makes all the chunks the task's result; the claim is checked in it."""
+        [finished] = complete_together([(self, rows)])
+        if finished is None:
+            raise ClaimLost()
+        return finished
 
-        def write() -> TaskRow:
-            task = self.task
-            with self.kb.db.write() as conn:
-                self._check_actor(conn)
-                finished = self._end(
-                    conn,
-                    TaskStatus.SUCCEEDED,
-                    "complete",
-                    stage=Stage.FINALIZING,
-                    completed=1,
-                    total=1,
-                )
-                if finished is None:
-                    raise ClaimLost()
-                queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
-                # The chunks are the result now; nothing retries a succeeded task.
-                self._unsaved_parse = None
-                queries.delete_artefacts(conn, task.document_id, task.revision)
-                self.claimant.move_document(conn, task, DocStatus.REVIEW_PENDING, "complete")
-            return finished
-
-        self.final_row = self._retrying(write)
-        return self.final_row
+    def _complete_in(
+        self, conn: Connection, rows: list[dict[str, Any]], events: Events
+    ) -> TaskRow | None:
+        """This task's completion in the caller's transaction: its task, the last batch
+        of its chunks and its document; None (nothing written) when the claim is lost."""
+        task = self.task
+        finished = self._end(
+            conn,
+            TaskStatus.SUCCEEDED,
+            "complete",
+            events=events,
+            stage=Stage.FINALIZING,
+            completed=1,
+            total=1,
+        )
+        if finished is None:
+            return None
+        queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
+        # The chunks are the result now; nothing retries a succeeded task. Only a claim
+        # that saw (or wrote) a kept parse has one to delete: no other claim writes one.
+        if self._kept_parse:
+            queries.delete_artefacts(conn, task.document_id, task.revision)
+        self.claimant.move_document(conn, task, DocStatus.REVIEW_PENDING, "complete", events)
+        return finished
 
     def fail(self, code: ErrorCode, detail: str) -> TaskRow | None:
         """Fail the task, or park it in retry_wait when the cause may pass by itself;
@@ -579,6 +609,7 @@ class Claim:
         to: TaskStatus,
         action: str,
         detail: str | None = None,
+        events: Events | None = None,
         **values: Unpack[TaskChanges],
     ) -> TaskRow | None:
         """Move this attempt's task on from its own running claim, lease over."""
@@ -592,5 +623,33 @@ class Claim:
             detail=self.claimant.audit_detail(detail),
             fence=self.fence,
             updated_at=self.claimant.now(),
+            events=events,
             **changes,
         )
+
+
+def complete_together(done: list[tuple[Claim, list[dict[str, Any]]]]) -> list[TaskRow | None]:
+    """Complete the tasks of several claims (each with the last batch of its chunks) in
+    one short transaction, their events written together: one statement per table
+    instead of one per event. Each task is moved on its own claim, as if alone: one
+    whose claim was lost meanwhile (cancelled, reclaimed) writes nothing and is None
+    here, and the others complete. A disabled user completes none (ActorDisabled)."""
+    first = done[0][0]
+
+    def write() -> list[TaskRow | None]:
+        events = Events()
+        with first.kb.db.write() as conn:
+            if first.claimant.actor_disabled(conn):
+                for claim, _rows in done:
+                    claim.disabled.set()
+                raise ActorDisabled()
+            finished = [claim._complete_in(conn, rows, events) for claim, rows in done]
+            events.write(conn)
+        return finished
+
+    finished = first._retrying(write)
+    for (claim, _rows), row in zip(done, finished, strict=True):
+        claim.final_row = row
+        if row is not None:
+            claim._unsaved_parse = None
+    return finished

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Protocol, TypeVar
 
 from kb_cli import queries
@@ -30,7 +31,7 @@ from kb_cli.errors import (
 )
 from kb_cli.lifecycle import ErrorCode, Stage, TaskStatus
 from kb_cli.records import TaskRecord, WorkResult
-from kb_cli.worker.claim import BATCH_TASKS, Claim, Claimant, take
+from kb_cli.worker.claim import BATCH_BYTES, BATCH_TASKS, Claim, Claimant, take
 from kb_cli.worker.heartbeat import Heartbeat
 from kb_cli.worker.pipeline import Pipeline, describe_error, error_detail
 
@@ -38,6 +39,18 @@ from kb_cli.worker.pipeline import Pipeline, describe_error, error_detail
 # expire strictly after their stamp): look again a moment later, not in a tight loop.
 MIN_WAIT_SECONDS = 0.01
 T = TypeVar("T")
+
+
+def _batchable(claim: Claim) -> bool:
+    """Whether a claimed task may run in a batch with others: a small document, a
+    first claim (a reclaim or a retry runs alone, as it always did)."""
+    document = claim.document
+    return (
+        claim.reclaimed_from is None
+        and claim.task.attempt == 1
+        and document is not None
+        and document.size_bytes <= BATCH_BYTES
+    )
 
 
 def default_worker_id() -> str:
@@ -57,6 +70,10 @@ class WorkerListener(Protocol):
     def lost(self, task_id: str) -> None: ...
     def gave_up(self, task_id: str, reason: str) -> None: ...
     def stranded(self, task_id: str, reason: str) -> None: ...
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """What is said meanwhile may be written at once at the end (a batch's tasks are
+        told one after the other when it has ended)."""
+        ...
 
 
 class SilentListener:
@@ -89,6 +106,56 @@ class SilentListener:
 
     def stranded(self, task_id: str, reason: str) -> None:
         pass
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+class Recorder:
+    """A listener that keeps what one attempt of a batch says, to say it to `listener`
+    in the same order once the batch has ended."""
+
+    def __init__(self, listener: WorkerListener) -> None:
+        self.listener = listener
+        self.said: list[Callable[[], None]] = []
+
+    def tell(self) -> None:
+        said, self.said = self.said, []
+        for say in said:
+            say()
+
+    def claimed(self, task: TaskRecord, filename: str, reclaimed_from: str | None) -> None:
+        self.said.append(partial(self.listener.claimed, task, filename, reclaimed_from))
+
+    def missed(self, task_id: str | None) -> None:
+        self.said.append(partial(self.listener.missed, task_id))
+
+    def progress(self, task_id: str, stage: Stage, done: int, total: int) -> None:
+        self.said.append(partial(self.listener.progress, task_id, stage, done, total))
+
+    def reused(self, task_id: str, revision: int, chunks: int) -> None:
+        self.said.append(partial(self.listener.reused, task_id, revision, chunks))
+
+    def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
+        self.said.append(partial(self.listener.read_by_ocr, task_id, pages, engine))
+
+    def finished(self, task: TaskRecord) -> None:
+        self.said.append(partial(self.listener.finished, task))
+
+    def released(self, task_id: str) -> None:
+        self.said.append(partial(self.listener.released, task_id))
+
+    def lost(self, task_id: str) -> None:
+        self.said.append(partial(self.listener.lost, task_id))
+
+    def gave_up(self, task_id: str, reason: str) -> None:
+        self.said.append(partial(self.listener.gave_up, task_id, reason))
+
+    def stranded(self, task_id: str, reason: str) -> None:
+        self.said.append(partial(self.listener.stranded, task_id, reason))
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 class Worker:
@@ -128,7 +195,7 @@ class Worker:
             done = 0
             while not self.stop.is_set() and (max_tasks is None or done < max_tasks):
                 try:
-                    result = self.run_once(limit=self._batch_limit(max_tasks, done))
+                    results = self.run_some(limit=self._batch_limit(max_tasks, done))
                 except ClaimStranded as stranded:
                     self.waiting.clear()  # their leases run out; then anyone takes them
                     if not loop:
@@ -137,13 +204,13 @@ class Worker:
                     # server (idle), then takes the task over itself once its lease ends.
                     self.listener.stranded(stranded.task_id, stranded.message)
                     continue
-                if result.claimed:
-                    done += 1
-                    yield result
+                if results[0].claimed:
+                    done += len(results)
+                    yield from results
                 elif loop:
                     self.idle()
                 else:
-                    yield result
+                    yield from results
                     return
             yield from self.release_waiting()
         finally:
@@ -202,7 +269,8 @@ class Worker:
         per task, as for a claim attempt (a claim lost meanwhile: its current row)."""
         results = []
         while (claim := self._next_waiting()) is not None:
-            self._told(claim.task.id, claim.release(reason), self.listener.released)
+            self._announce(claim, self.listener)
+            self._told(claim.task.id, claim.release(reason), self.listener)
             record = self._final_record(claim)
             if record is not None:
                 self.listener.finished(record)
@@ -215,14 +283,33 @@ class Worker:
         if claim is None:
             self.listener.missed(task_id)
             return WorkResult(False, worker_id, task_id, None)
+        self._announce(claim, self.listener)
+        return WorkResult(True, worker_id, claim.task.id, self.execute(claim))
+
+    def run_some(self, limit: int = 1) -> list[WorkResult]:
+        """One claim attempt's results: the next task run alone, or with the small ones
+        claimed with it run together (kb_cli/worker/batch.py); a miss when nothing is
+        claimable."""
+        claim = self._next_waiting() or self.claim(None, limit)
+        if claim is None or not _batchable(claim):
+            return [self._run_claimed(claim)]
+        together = [claim]
+        while self.waiting and _batchable(self.waiting[0]):
+            together.append(self.waiting.pop(0))
+        if len(together) == 1:
+            return [self._run_claimed(claim)]
+        return self.execute_together(together)
+
+    def _run_claimed(self, claim: Claim | None) -> WorkResult:
+        worker_id = self.options.worker_id
+        if claim is None:
+            self.listener.missed(None)
+            return WorkResult(False, worker_id, None, None)
+        self._announce(claim, self.listener)
         return WorkResult(True, worker_id, claim.task.id, self.execute(claim))
 
     def _next_waiting(self) -> Claim | None:
-        if not self.waiting:
-            return None
-        claim = self.waiting.pop(0)
-        self._announce(claim)
-        return claim
+        return self.waiting.pop(0) if self.waiting else None
 
     def claim(self, task_id: str | None = None, limit: int = 1) -> Claim | None:
         """Take the named or the oldest claimable task (and, `limit` above 1, small
@@ -237,12 +324,12 @@ class Worker:
         if not taken.claims:
             return None
         claim, *self.waiting = taken.claims
-        self._announce(claim)
         return claim
 
-    def _announce(self, claim: Claim) -> None:
+    @staticmethod
+    def _announce(claim: Claim, listener: WorkerListener) -> None:
         filename = claim.document.filename if claim.document else "(no document)"
-        self.listener.claimed(TaskRecord.from_row(claim.task), filename, claim.reclaimed_from)
+        listener.claimed(TaskRecord.from_row(claim.task), filename, claim.reclaimed_from)
 
     def execute(self, claim: Claim) -> TaskRecord | None:
         """Run the claimed task's stages and end the attempt: completed, failed (or
@@ -256,7 +343,7 @@ class Worker:
             self._run_attempt(claim)
         except ActorDisabled:  # from a write, a checkpoint, or an ending's write
             reason = f"user {self.kb.actor.name} is disabled"
-            self._told(task_id, claim.release(reason), self.listener.released)
+            self._told(task_id, claim.release(reason), self.listener)
             self.release_waiting(reason)
             raise self.claimant.refusal(task_id) from None
         finally:
@@ -267,6 +354,48 @@ class Worker:
             if record.status == TaskStatus.SUCCEEDED:
                 self._fold_vectors()
         return record
+
+    def execute_together(self, claims: list[Claim]) -> list[WorkResult]:
+        """Run small tasks claimed together as one batch (kb_cli/worker/batch.py) and
+        end each attempt on its own: one result per task, in claim order, each told to
+        the display in its turn once the batch has ended."""
+        from kb_cli.worker.batch import Batch, Member
+
+        members, recorders = [], []
+        for claim in claims:
+            recorder = Recorder(self.listener)
+            self._announce(claim, recorder)
+            attempt = Attempt(self, claim, recorder)
+            members.append(Member(claim, attempt, recorder, Pipeline(self.kb, attempt, claim)))
+            recorders.append(recorder)
+        self.heartbeat.watch(*claims, *self.waiting)
+        try:
+            Batch(members, self.kb.embedder, self.end_attempt).run()
+        except ActorDisabled:
+            reason = f"user {self.kb.actor.name} is disabled"
+            for member, recorder in zip(members, recorders, strict=True):
+                if not member.ended:
+                    self._told(member.claim.task.id, member.claim.release(reason), recorder)
+                recorder.tell()
+            self.release_waiting(reason)
+            raise self.claimant.refusal(claims[0].task.id) from None
+        except ClaimStranded:
+            for recorder in recorders:
+                recorder.tell()
+            raise
+        finally:
+            self.heartbeat.watch(*self.waiting)
+        results = []
+        with self.listener.held():
+            for claim, recorder in zip(claims, recorders, strict=True):
+                recorder.tell()
+                record = self._final_record(claim)
+                if record is not None:
+                    self.listener.finished(record)
+                results.append(WorkResult(True, self.options.worker_id, claim.task.id, record))
+        if any(r.task is not None and r.task.status == TaskStatus.SUCCEEDED for r in results):
+            self._fold_vectors()
+        return results
 
     def _final_record(self, claim: Claim) -> TaskRecord | None:
         """The task's record as the attempt left it; None when the task is gone."""
@@ -311,18 +440,27 @@ class Worker:
             attempt.report(Stage.FINALIZING, 0, 1)
             claim.complete(rows)
             self.listener.progress(task_id, Stage.FINALIZING, 1, 1)
-        except ActorDisabled:
-            raise
-        except ClaimLost:
-            self.listener.lost(task_id)
-        except StopRequested:
-            self._told(task_id, claim.release(), self.listener.released)
-        except TaskFailure as failure:
-            self._told(task_id, claim.fail(failure.code, failure.detail))
-        except StorageUnavailable as error:
+        except Exception as error:
+            self.end_attempt(claim, self.listener, error)
+
+    def end_attempt(self, claim: Claim, listener: WorkerListener, error: Exception) -> None:
+        """End an attempt its stages or its completion stopped with `error`: left alone
+        (its claim lost), released (a stop), failed or waiting for a retry. ActorDisabled
+        and ClaimStranded (the database is away) go to the caller."""
+        task_id = claim.task.id
+        if isinstance(error, ActorDisabled):
+            raise error
+        if isinstance(error, ClaimLost):
+            listener.lost(task_id)
+        elif isinstance(error, StopRequested):
+            self._told(task_id, claim.release(), listener)
+        elif isinstance(error, TaskFailure):
+            self._told(task_id, claim.fail(error.code, error.detail), listener, released=False)
+        elif isinstance(error, StorageUnavailable):
             self.kb.db.release_space()
-            self._told(task_id, claim.fail(ErrorCode.STORAGE_UNAVAILABLE, error_detail(error)))
-        except DatabaseUnavailable as error:
+            moved = claim.fail(ErrorCode.STORAGE_UNAVAILABLE, error_detail(error))
+            self._told(task_id, moved, listener, released=False)
+        elif isinstance(error, DatabaseUnavailable):
             # Not the task's fault, and nothing can be written now: leave the claim to
             # expire, so that another worker (or this one, restarted) takes it over.
             raise ClaimStranded(
@@ -330,25 +468,30 @@ class Worker:
                 "expires, then another worker takes it over",
                 task_id,
             ) from error
-        except Exception as error:  # a bug or an unforeseen input: fail, do not hang
-            self._told(task_id, claim.fail(ErrorCode.INTERNAL_ERROR, describe_error(error)))
+        else:  # a bug or an unforeseen input: fail, do not hang
+            moved = claim.fail(ErrorCode.INTERNAL_ERROR, describe_error(error))
+            self._told(task_id, moved, listener, released=False)
 
-    def _told(self, task_id: str, moved: object, done=None) -> None:
-        """Tell the listener how an attempt's ending went: done, or the claim lost."""
+    @staticmethod
+    def _told(task_id: str, moved: object, listener: WorkerListener, released: bool = True) -> None:
+        """Tell the listener how an attempt's ending went: released, or the claim lost
+        (a failure is told by the task's final record)."""
         if not moved:
-            self.listener.lost(task_id)
-        elif done is not None:
-            done(task_id)
+            listener.lost(task_id)
+        elif released:
+            listener.released(task_id)
 
 
 class Attempt:
     """The pipeline's reporter for one claim: each progress step is shown, written now
     and then, paused on (--stage-delay), and a safe point for a stop or a lost claim."""
 
-    def __init__(self, worker: Worker, claim: Claim) -> None:
+    def __init__(
+        self, worker: Worker, claim: Claim, listener: WorkerListener | None = None
+    ) -> None:
         self.claim = claim
         self.worker = worker
-        self.listener = worker.listener
+        self.listener = listener or worker.listener
         self.stop = worker.stop
         self.stage_delay = worker.options.stage_delay
 

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Protocol
 from kb_cli import artefacts
 from kb_cli.app import Kb
 from kb_cli.chunking import ChunkText, chunk_blocks, contextual_text, with_context
-from kb_cli.embeddings import to_blob
+from kb_cli.embeddings import Embedder, to_blob
 from kb_cli.errors import (
     DocumentTooLarge,
     KbError,
@@ -115,6 +115,12 @@ class Pipeline:
         self.dim: int | None = None
 
     def run(self, document: DocumentRow | None, document_id: str) -> list[dict[str, Any]]:
+        chunks = self.chunks_of(document, document_id)
+        return self.index(chunks, self.embed(chunks))
+
+    def chunks_of(self, document: DocumentRow | None, document_id: str) -> list[ChunkText]:
+        """The document's chunks with their context: the kept parse, or downloaded and
+        parsed now (up to the embedding stage)."""
         if document is None:
             raise TaskFailure(
                 ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
@@ -125,8 +131,7 @@ class Pipeline:
             with self.download(document) as path:
                 chunks = self.parse(path, document.content_type)
             self.sink.save_parse(parser_key, chunks)
-        chunks = with_context(chunks, document.filename)
-        return self.index(chunks, self.embed(chunks))
+        return with_context(chunks, document.filename)
 
     def reuse(self, parser_key: str) -> list[ChunkText] | None:
         """The chunks an earlier attempt parsed from the same bytes with the same
@@ -249,19 +254,10 @@ class Pipeline:
             return [None] * total
         blobs: list[bytes | None] = []
         for start in range(0, total, embedder.batch_size):
-            batch = [
-                contextual_text(chunk.context, chunk.text)
-                for chunk in chunks[start : start + embedder.batch_size]
-            ]
-            try:
-                vectors = embedder.embed(batch)
-            except ProviderUnavailable as error:
-                raise TaskFailure(ErrorCode.PROVIDER_UNAVAILABLE, error_detail(error)) from error
-            except ProviderRejected as error:
-                raise TaskFailure(ErrorCode.INTERNAL_ERROR, error_detail(error)) from error
-            blobs.extend(to_blob(vector) for vector in vectors)
+            batch = embedding_texts(chunks[start : start + embedder.batch_size])
+            vectors, self.dim = embed_texts(embedder, batch)
+            blobs.extend(vectors)
             self.report(Stage.EMBEDDING, len(blobs), total)
-            self.dim = len(vectors[0])
         self.model = embedder.model
         return blobs
 
@@ -291,6 +287,25 @@ class Pipeline:
             chunk_row(chunk, vector, self.model, self.dim)
             for chunk, vector in zip(chunks[start:end], vectors[start:end], strict=True)
         ]
+
+
+def embedding_texts(chunks: list[ChunkText]) -> list[str]:
+    """What the model reads of each chunk: its text with its context."""
+    return [contextual_text(chunk.context, chunk.text) for chunk in chunks]
+
+
+def embed_texts(embedder: Embedder, texts: list[str]) -> tuple[list[bytes | None], int]:
+    """The vectors of `texts` (at most a batch of the embedder's) as blobs, and their
+    dimension. A provider
+    that may recover (unreachable, 429, 5xx) makes the task wait and retry; one that
+    refuses the configuration fails it."""
+    try:
+        vectors = embedder.embed(texts)
+    except ProviderUnavailable as error:
+        raise TaskFailure(ErrorCode.PROVIDER_UNAVAILABLE, error_detail(error)) from error
+    except ProviderRejected as error:
+        raise TaskFailure(ErrorCode.INTERNAL_ERROR, error_detail(error)) from error
+    return [to_blob(vector) for vector in vectors], len(vectors[0])
 
 
 def chunk_row(

@@ -13,6 +13,7 @@ from kb_cli import queries
 from kb_cli.clock import ManualClock
 from kb_cli.config import WorkerOptions
 from kb_cli.errors import ClaimLost
+from kb_cli.lifecycle import ErrorCode
 from kb_cli.services import documents as docs
 from kb_cli.services import tasks
 from kb_cli.worker import Worker
@@ -118,6 +119,11 @@ def test_a_cancel_of_a_task_waiting_in_a_batch_wins(kb, clock, tmp_path):
 
 def test_a_stop_gives_the_waiting_tasks_back_one_record_each(kb, clock, tmp_path):
     task_ids = queue_tiny(kb, tmp_path, 4)
+    # The oldest task is a retry: it runs alone (the worker's batches are first
+    # attempts), and the three claimed with it wait for their turn.
+    [retried] = take(claimant(kb, "z"), task_ids[0]).claims
+    retried.fail(ErrorCode.PROVIDER_UNAVAILABLE, "ProviderUnavailable: down")
+    clock.advance(3600)
     stop = threading.Event()
     worker = Worker(kb, WorkerOptions(worker_id="a", lease_seconds=LEASE), stop=stop)
     results = []
