@@ -185,6 +185,26 @@ def distinct_rankings(
     return kept, dict(copies)
 
 
+def named_in_shown_documents(
+    hits: list[Hit], copies: dict[int, list[int]], document_of: Callable[[int], Hashable]
+) -> tuple[list[Hit], dict[int, list[int]]]:
+    """The hits, each named by its copy in a document an earlier hit comes from when it
+    has one (else as it was), and the copies of each: a page held by two documents then
+    shows as one document's chunks, not as halves of both (a passage around each half
+    would repeat the same text)."""
+    shown: set[Hashable] = set()
+    named, named_copies = [], {}
+    for hit in hits:
+        members = [hit[0], *copies.get(hit[0], [])]
+        chosen = next((m for m in members if document_of(m) in shown), hit[0])
+        shown.add(document_of(chosen))
+        named.append((chosen, *hit[1:]))
+        others = [member for member in members if member != chosen]
+        if others:
+            named_copies[chosen] = others
+    return named, named_copies
+
+
 NEAR_COPY = 0.7  # share of word shingles two texts hold in common (Jaccard) to be copies
 SHINGLE_WORDS = 5
 _SHINGLE_TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W_]+")

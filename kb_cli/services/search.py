@@ -21,6 +21,7 @@ from kb_cli.ranking import (
     discount_repeats,
     distinct_rankings,
     fuse,
+    named_in_shown_documents,
     normalised,
     rerank,
     single,
@@ -109,11 +110,12 @@ def search(
             lambda chunk_id: details[chunk_id].text,
             depth,
         )
-        ranked = _fused(result.mode, lexical, vector, weight)
 
         def document_of(chunk_id: int) -> str:
             return details[chunk_id].document_id
 
+        ranked = _fused(result.mode, lexical, vector, weight)
+        ranked, copied = named_in_shown_documents(ranked, copied, document_of)
         copies = {chunk: [details[c] for c in others] for chunk, others in copied.items()}
         ranked, reranked = _reranked(kb, text, ranked, details, result)
         if per_document:

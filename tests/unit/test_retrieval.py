@@ -9,7 +9,13 @@ import pytest
 
 from kb_cli.chunking import chunk_blocks, merge_passage, with_context
 from kb_cli.parsers import Block, Budget, ParseLimits, text
-from kb_cli.ranking import discount_repeats, distinct_rankings, fuse, rerank
+from kb_cli.ranking import (
+    discount_repeats,
+    distinct_rankings,
+    fuse,
+    named_in_shown_documents,
+    rerank,
+)
 from kb_cli.textsearch import script_of
 
 
@@ -125,6 +131,17 @@ def test_copies_take_one_rank_so_the_texts_below_them_rise_and_the_limit_counts_
     assert words[1] == (4, 5.0) and meaning[1] == (1, 0.8)  # a member's own score, its place
     fused = fuse(words, meaning)
     assert [hit[0] for hit in fused][:2] == [1, 4] and len(fused) == 4
+
+
+def test_a_page_held_by_two_documents_shows_as_one_documents_chunks():
+    """Chunks 1-2 of document X are copies of chunks 3-4 of document Y. The rankings
+    named the second chunk's group by Y's copy; after X's first chunk it is named by
+    X's, so a passage around each hit does not repeat the page."""
+    document = {1: "X", 2: "X", 3: "Y", 4: "Y", 5: "Z"}
+    hits = [(1, 0.9, 1, None), (4, 0.8, 2, None), (5, 0.7, 3, None)]
+    named, copies = named_in_shown_documents(hits, {1: [3], 4: [2]}, document.get)
+    assert named == [(1, 0.9, 1, None), (2, 0.8, 2, None), (5, 0.7, 3, None)]
+    assert copies == {1: [3], 2: [4]}
 
 
 _MODULE = " ".join(
