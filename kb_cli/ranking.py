@@ -1,5 +1,5 @@
 """Ranking arithmetic, free of the database: BM25, vector similarity, Reciprocal Rank
-Fusion, one hit per document, repeats discounted, copies collapsed."""
+Fusion, one hit per document, repeats discounted, copies taken out of each ranking."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import re
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -142,26 +142,67 @@ def discount_repeats(
     return [item[3] for item in discounted]
 
 
-def collapse_copies(hits: list[Hit], text_of: Callable[[int], str]) -> list[tuple[Hit, list[int]]]:
-    """Each hit with the chunk ids of its lower-ranked copies, which are dropped: the
-    same text once runs of whitespace are one space, or nearly the same (a module kept
-    in two versions, a page edited in one line): a text held by several documents is
-    one hit that names the others."""
-    first_of: dict[str, int] = {}
-    kept: list[tuple[Hit, list[int]]] = []
+def distinct_rankings(
+    rankings: Sequence[list[Scored]], text_of: Callable[[int], str], limit: int
+) -> tuple[list[list[Scored]], dict[int, list[int]]]:
+    """Each ranking with copies taken out before its ranks are counted, at most `limit`
+    each, and for each chunk kept the chunk ids of its copies. A copy is the same text
+    once runs of whitespace are one space, or nearly the same (a module kept in several
+    versions, a page edited in one line). Counted after the copies, a text held by
+    eight documents takes one rank, not eight, and the texts below it rise. A group of
+    copies is named by its member ranked best (the rankings walked rank by rank, the
+    first ranking first at each rank), in every ranking, so the fusion scores it once;
+    its place in a ranking is that of its best member there."""
+    holder_of: dict[int, int] = {}  # chunk: the chunk that names its group
+    first_of: dict[str, int] = {}  # normalised text: the chunk that names it
     near = NearCopies()
+    copies: dict[int, list[int]] = defaultdict(list)
+
+    def holder(chunk: int) -> int:
+        if chunk not in holder_of:
+            text = text_of(chunk)
+            key = normalised(text)
+            named = first_of.get(key)
+            if named is None:
+                named = near.copied_or_added(text, chunk)
+            if named is None:
+                first_of[key] = named = chunk
+            else:
+                copies[named].append(chunk)
+            holder_of[chunk] = named
+        return holder_of[chunk]
+
+    kept: list[list[Scored]] = [[] for _ranking in rankings]
+    taken: list[set[int]] = [set() for _ranking in rankings]
+    for position in range(max(map(len, rankings), default=0)):
+        for ranking, into, held in zip(rankings, kept, taken, strict=True):
+            if position < len(ranking) and len(into) < limit:
+                chunk, score = ranking[position]
+                named = holder(chunk)
+                if named not in held:
+                    held.add(named)
+                    into.append((named, score))
+    return kept, dict(copies)
+
+
+def named_in_shown_documents(
+    hits: list[Hit], copies: dict[int, list[int]], document_of: Callable[[int], Hashable]
+) -> tuple[list[Hit], dict[int, list[int]]]:
+    """The hits, each named by its copy in a document an earlier hit comes from when it
+    has one (else as it was), and the copies of each: a page held by two documents then
+    shows as one document's chunks, not as halves of both (a passage around each half
+    would repeat the same text)."""
+    shown: set[Hashable] = set()
+    named, named_copies = [], {}
     for hit in hits:
-        text = text_of(hit[0])
-        key = normalised(text)
-        at = first_of.get(key)
-        if at is None:
-            at = near.copied_or_added(text, len(kept))
-        if at is not None:
-            kept[at][1].append(hit[0])
-            continue
-        first_of[key] = len(kept)
-        kept.append((hit, []))
-    return kept
+        members = [hit[0], *copies.get(hit[0], [])]
+        chosen = next((m for m in members if document_of(m) in shown), hit[0])
+        shown.add(document_of(chosen))
+        named.append((chosen, *hit[1:]))
+        others = [member for member in members if member != chosen]
+        if others:
+            named_copies[chosen] = others
+    return named, named_copies
 
 
 NEAR_COPY = 0.7  # share of word shingles two texts hold in common (Jaccard) to be copies

@@ -18,9 +18,10 @@ from kb_cli.ranking import (
     Scored,
     SearchMode,
     best_per_document,
-    collapse_copies,
     discount_repeats,
+    distinct_rankings,
     fuse,
+    named_in_shown_documents,
     normalised,
     rerank,
     single,
@@ -31,6 +32,10 @@ from kb_cli.textsearch import Query, parse_query, script_of, snippet
 MODES = tuple(SearchMode)
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50
+# Each ranking is asked for this many times its candidates, whose copies are taken out
+# before ranks are counted: in a big base one module kept in eight versions would
+# otherwise fill eight places of fifty, and the pages that answer fall out of the list.
+COPIES_DEPTH = 4
 # A document's n-th hit scores its score times this to the power n - 1 (the printed
 # score): three chunks of one page yield to another page's close second without ever
 # passing above a better score. Chosen on benchmarks/retrieval.py at passage level.
@@ -96,18 +101,23 @@ def search(
             embedder is None or not queries.has_published_vectors(conn, embedder.model, scope)
         ):
             result.mode = "lexical"
-        ranked = _candidates(kb, conn, text, query, depth, scope, result)
-        details = queries.chunk_details(conn, [hit[0] for hit in ranked])
+        lexical, vector, weight = _rankings(kb, conn, text, query, depth, scope, result)
         # On PostgreSQL each statement reads what is committed when it starts: a chunk
         # deleted since the ranking read it is not shown.
-        ranked = [hit for hit in ranked if hit[0] in details]
+        details = queries.chunk_details(conn, list({c for c, _s in lexical + vector}))
+        (lexical, vector), copied = distinct_rankings(
+            [[item for item in ranking if item[0] in details] for ranking in (lexical, vector)],
+            lambda chunk_id: details[chunk_id].text,
+            depth,
+        )
 
         def document_of(chunk_id: int) -> str:
             return details[chunk_id].document_id
 
-        collapsed = collapse_copies(ranked, lambda chunk_id: details[chunk_id].text)
-        copies = {hit[0]: [details[c] for c in others] for hit, others in collapsed}
-        ranked, reranked = _reranked(kb, text, [hit for hit, _others in collapsed], details, result)
+        ranked = _fused(result.mode, lexical, vector, weight)
+        ranked, copied = named_in_shown_documents(ranked, copied, document_of)
+        copies = {chunk: [details[c] for c in others] for chunk, others in copied.items()}
+        ranked, reranked = _reranked(kb, text, ranked, details, result)
         if per_document:
             ranked = best_per_document(ranked, document_of)
         else:
@@ -117,23 +127,30 @@ def search(
     return result
 
 
-def _candidates(
+def _rankings(
     kb: Kb, conn, text: str, query: Query, depth: int, scope: Scope, result: SearchResult
-) -> list[Hit]:
-    """The words ranking, the meaning ranking, or both fused. A meaning ranking that
-    counts for nothing in the fusion (weight 0) is only asked when words found none."""
+) -> tuple[list[Scored], list[Scored], float]:
+    """The words ranking, the meaning ranking, or both, each COPIES_DEPTH times `depth`
+    deep, and the meaning ranking's weight in the fusion. A meaning ranking that counts
+    for nothing in the fusion (weight 0) is only asked when words found none."""
     weight = 0.0
     embedder = kb.embedder
     if result.mode == "hybrid" and embedder is not None:  # hybrid needs an embedder
         configured = kb.settings.vector_weight
         weight = embedder.fusion_weight[script_of(text)] if configured is None else configured
+    asked = depth * COPIES_DEPTH
     lexical: list[Scored] = []
     if result.mode != "vector" and query.terms:
-        lexical = queries.lexical_ranking(conn, query.terms, query.phrases, depth, scope)
+        lexical = queries.lexical_ranking(conn, query.terms, query.phrases, asked, scope)
     vector: list[Scored] = []
     if result.mode == "vector" or (result.mode == "hybrid" and (weight > 0 or not lexical)):
-        vector = _vector_ranking(kb, conn, text, query, depth, scope, result)
-    if result.mode == "hybrid":
+        vector = _vector_ranking(kb, conn, text, query, asked, scope, result)
+    return lexical, vector, weight
+
+
+def _fused(mode: str, lexical: list[Scored], vector: list[Scored], weight: float) -> list[Hit]:
+    """Both rankings fused (hybrid), or the one that ran as hits."""
+    if mode == "hybrid":
         return fuse(lexical, vector, weight)
     return single(lexical, lexical=True) if lexical else single(vector, lexical=False)
 

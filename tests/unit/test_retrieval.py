@@ -9,7 +9,13 @@ import pytest
 
 from kb_cli.chunking import chunk_blocks, merge_passage, with_context
 from kb_cli.parsers import Block, Budget, ParseLimits, text
-from kb_cli.ranking import collapse_copies, discount_repeats, fuse, rerank
+from kb_cli.ranking import (
+    discount_repeats,
+    distinct_rankings,
+    fuse,
+    named_in_shown_documents,
+    rerank,
+)
 from kb_cli.textsearch import script_of
 
 
@@ -102,11 +108,40 @@ def test_a_documents_later_hits_are_discounted_in_the_score_they_show():
     assert [hit[1] for hit in kept] == pytest.approx([0.2, 0.1, 0.81, 0.648])
 
 
+def _kept(rankings, text, limit=10):
+    """Each ranking's chunk ids once copies are out, and the copies of each kept chunk."""
+    kept, copies = distinct_rankings(rankings, text.__getitem__, limit)
+    return [[chunk for chunk, _score in ranking] for ranking in kept], copies
+
+
 def test_copies_collapse_into_the_first_hit_that_holds_their_text():
-    hits = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None), (4, 0.6, 4, None)]
+    ranking = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6)]
     text = {1: "Keep  receipts\nfor 15 days.", 2: "other", 3: "Keep receipts for 15 days.", 4: "x"}
-    collapsed = collapse_copies(hits, text.__getitem__)
-    assert [(hit[0], copies) for hit, copies in collapsed] == [(1, [3]), (2, []), (4, [])]
+    assert _kept([ranking], text) == ([[1, 2, 4]], {1: [3]})
+
+
+def test_copies_take_one_rank_so_the_texts_below_them_rise_and_the_limit_counts_texts():
+    """A text held by three documents is one rank in each ranking, named alike in both
+    (by its best-ranked member), so the fusion scores it once; the limit counts texts."""
+    text = {1: "a module", 2: "a module", 3: "a module", 4: "the answer", 5: "more", 6: "last"}
+    lexical = [(1, 9.0), (2, 9.0), (3, 9.0), (4, 5.0), (5, 4.0), (6, 3.0)]
+    vector = [(4, 0.9), (3, 0.8), (6, 0.7)]
+    assert _kept([lexical, vector], text, limit=3) == ([[1, 4, 5], [4, 1, 6]], {1: [2, 3]})
+    (words, meaning), _copies = distinct_rankings([lexical, vector], text.__getitem__, 3)
+    assert words[1] == (4, 5.0) and meaning[1] == (1, 0.8)  # a member's own score, its place
+    fused = fuse(words, meaning)
+    assert [hit[0] for hit in fused][:2] == [1, 4] and len(fused) == 4
+
+
+def test_a_page_held_by_two_documents_shows_as_one_documents_chunks():
+    """Chunks 1-2 of document X are copies of chunks 3-4 of document Y. The rankings
+    named the second chunk's group by Y's copy; after X's first chunk it is named by
+    X's, so a passage around each hit does not repeat the page."""
+    document = {1: "X", 2: "X", 3: "Y", 4: "Y", 5: "Z"}
+    hits = [(1, 0.9, 1, None), (4, 0.8, 2, None), (5, 0.7, 3, None)]
+    named, copies = named_in_shown_documents(hits, {1: [3], 4: [2]}, document.get)
+    assert named == [(1, 0.9, 1, None), (2, 0.8, 2, None), (5, 0.7, 3, None)]
+    assert copies == {1: [3], 2: [4]}
 
 
 _MODULE = " ".join(
@@ -124,13 +159,11 @@ def test_near_copies_collapse_but_neighbours_and_other_texts_do_not():
     neighbour = _MODULE[850:1850]
     other = " ".join(f"The buffer holds {i} bytes before read returns the size" for i in range(20))
     text = {1: newer, 2: other, 3: older, 4: neighbour}
-    hits = [(chunk, 1.0 - chunk / 10, chunk, None) for chunk in (1, 2, 3, 4)]
-    collapsed = collapse_copies(hits, text.__getitem__)
-    assert [(hit[0], copies) for hit, copies in collapsed] == [(1, [3]), (2, []), (4, [])]
+    ranking = [(chunk, 1.0 - chunk / 10) for chunk in (1, 2, 3, 4)]
+    assert _kept([ranking], text) == ([[1, 2, 4]], {1: [3]})
     # Short texts that differ in a word are not copies: too little to compare.
     short = {1: "Keep receipts for 15 days.", 2: "Keep receipts for 30 days."}
-    pair = [(1, 0.9, 1, None), (2, 0.8, 2, None)]
-    assert [copies for _hit, copies in collapse_copies(pair, short.__getitem__)] == [[], []]
+    assert _kept([[(1, 0.9), (2, 0.8)]], short) == ([[1, 2]], {})
 
 
 def test_rerank_reorders_the_head_and_keeps_the_tail():
