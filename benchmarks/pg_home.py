@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import PY
 from benchmarks.scale import DATA, database_url, home_of, kb_env, log
+from kb_cli.migrations import pgvector
 
 # SQLite's own: the FTS5 index and its shadow tables, the schema version of a SQLite home.
 SKIPPED = ("chunks_terms", "kb_schema_version", "alembic_version")
@@ -75,8 +76,6 @@ def copy_rows(sqlite_path: Path, url: str) -> dict[str, int]:
     import psycopg
     from sqlalchemy import Boolean, MetaData, create_engine
 
-    from kb_cli.migrations import pgvector
-
     engine = create_engine(url)
     metadata = MetaData()
     with warnings.catch_warnings():  # halfvec, a type SQLAlchemy does not know
@@ -102,9 +101,8 @@ def copy_rows(sqlite_path: Path, url: str) -> dict[str, int]:
             count = 0
             with target.cursor().copy(f'COPY "{table.name}" ({quoted}) FROM STDIN') as copy:
                 for row in rows:
-                    copy.write_row(
-                        [bool(v) if flag and v is not None else v for v, flag in zip(row, flags)]
-                    )
+                    pairs = zip(row, flags, strict=True)
+                    copy.write_row([bool(v) if flag and v is not None else v for v, flag in pairs])
                     count += 1
             counts[table.name] = count
             log(f"  {table.name}: {count} rows")
@@ -129,11 +127,28 @@ def copy_rows(sqlite_path: Path, url: str) -> dict[str, int]:
 def drop_vector_indexes(target) -> None:
     """HNSW indexes are built once after the copy: inserting 100k rows one by one into
     them took ten times as long."""
-    found = target.execute(
+    for name in vector_indexes(target):
+        target.execute(f'DROP INDEX "{name}"')
+
+
+def vector_indexes(conn) -> list[str]:
+    found = conn.execute(
         "SELECT indexname FROM pg_indexes WHERE tablename = 'chunks' AND indexdef LIKE '%hnsw%'"
     )
-    for (name,) in found.fetchall():
-        target.execute(f'DROP INDEX "{name}"')
+    return [name for (name,) in found.fetchall()]
+
+
+def hnsw_build_seconds(url: str) -> float:
+    """The time to build the HNSW indexes again from the vectors (REINDEX), as a new
+    model's index or `kb db upgrade` after installing pgvector would."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
+        conn.execute(f"SET maintenance_work_mem = '{pgvector.BUILD_MEMORY}'")
+        started = time.perf_counter()
+        for name in vector_indexes(conn):
+            conn.execute(f'REINDEX INDEX "{name}"')
+        return time.perf_counter() - started
 
 
 def main() -> None:

@@ -371,7 +371,10 @@ def lexical_ranking(
         if len(found) >= limit and found[limit - 1][1] >= best_of_the_rest:
             break
         if frequency[lexeme] > budget:
-            found = _best(found + ranking.of(left, " & ", scored, CANDIDATES), limit)
+            found += ranking.of(left, " & ", scored, CANDIDATES)
+            if len(left) > 1:  # and when few hold all of them, some of the next word's
+                found += ranking.of([lexeme], " | ", scored, CANDIDATES)
+            found = _best(list(set(found)), limit)
             break
         found = _best(found + ranking.of([lexeme], " | ", scored), limit)
         budget -= int(frequency[lexeme])
