@@ -85,13 +85,16 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--depth", type=int, default=50, help="the ranking's length")
     parser.add_argument("--full", action="store_true", help="also time the full plan")
+    parser.add_argument("--candidates", type=int, help="postgresql.CANDIDATES for this run")
     parser.add_argument("--old", action="store_true", help="the schema before migration 0015")
     args = parser.parse_args()
     url = os.environ["KB_BENCH_POSTGRES_URL"].rsplit("/", 1)[0] + f"/kbscale_{args.size}"
     kb = open_kb(home_of("postgresql", args.size), url)
-    from kb_cli.engines.postgresql import WORDS
+    from kb_cli.engines import postgresql
 
-    words = WORDS.format(text="c.terms") if args.old else "c.words"
+    if args.candidates:
+        postgresql.CANDIDATES = args.candidates
+    words = postgresql.WORDS.format(text="c.terms") if args.old else "c.words"
     asked = spread([q["question"] for _c, q in questions()], args.questions) + COMMON_ONLY
     everything, own = Scope(), Scope(reader="nobody")
     timed: dict[str, list[float]] = {"kb": [], "kb, one reader's bases": [], "full plan": []}
