@@ -2,8 +2,10 @@
 
 Claiming uses FOR UPDATE SKIP LOCKED, so workers never queue behind each other's row
 locks. A lock held past the busy timeout (lock_timeout) is `busy`, as on SQLite.
-Lexical search: a GIN full-text index of the chunks' `terms`, ranked by BM25 computed
-in SQL the way SQLite's FTS5 does, so both engines agree on the same data.
+Lexical search: a GIN full-text index of the chunks' stored words, ranked by BM25
+computed in SQL the way SQLite's FTS5 does, so both engines agree on the same data;
+rarest words first, from the index, with per-base counts kept by triggers (migration
+0015), so a question does not read every chunk it matches.
 """
 
 from __future__ import annotations
