@@ -324,8 +324,9 @@ _PUBLISHED = _IN_BASE + " AND c.revision = d.published_revision"
 # their first chunks (see lexical_ranking).
 CANDIDATES = 1_000
 # A word's chunks are counted up to this many; past it, its frequency is the share of
-# chunks ANALYZE found it in (pg_stats) times the scope's chunk count (or this + 1
-# when ANALYZE does not list it).
+# chunks ANALYZE found it in (pg_stats) times the chunk count when the scope is every
+# base, and this + 1 otherwise (or when ANALYZE does not list it): a scoped score never
+# depends on chunks outside the scope (docs/access.md).
 COUNTED = 5_000
 
 
@@ -411,7 +412,7 @@ def _frequencies(
     """Each lexeme's document frequency in `scope`: counted up to COUNTED + 1, or, for
     a word ANALYZE found in more, estimated from its share."""
     share = {}
-    if chunks > COUNTED:
+    if chunks > COUNTED and not scope:  # ANALYZE's shares count every base's chunks
         share = dict(conn.execute(_SHARES, {"lexemes": lexemes}).all())
     estimated = {lexeme: share[lexeme] * chunks for lexeme in lexemes if lexeme in share}
     counted = [lexeme for lexeme in lexemes if estimated.get(lexeme, 0) <= COUNTED]

@@ -32,6 +32,7 @@ QUESTIONS = [
     "tarfile extractall filter",
 ]
 COMMON_WORDS = "self return"  # in most chunks of Python source ("the" is a stopword)
+SOME_WORDS = "file name"  # in some of the chunks (in more than half, idf is its floor)
 DEPTH = 30
 TOTALS = """
     SELECT d.base, count(*) AS chunks, sum(c.term_count) AS words
@@ -139,3 +140,23 @@ def test_a_question_of_common_words_only_ranks_the_first_chunks_holding_all(
             ).first()
             assert words is not None, "each candidate holds every common word"
             assert score == pytest.approx(dict(full).get(chunk, score))  # scores stay BM25's
+
+
+def test_a_scoped_score_never_counts_a_base_out_of_scope(corpus, enter_home, invoke, monkeypatch):
+    from tests.helpers import db_execute
+
+    ids = enter_home(corpus, writes=True)
+    kb = Kb.open(resolve_settings(), actor="tester", create=False)
+    monkeypatch.setattr(postgresql, "COUNTED", 10)  # so that every word is past it
+    outsider = Scope(reader="outsider")  # not in the team of base "secret"
+    db_execute("ANALYZE chunks")
+    before = _ranked(kb, SOME_WORDS, outsider)
+    copy = Path(resolve_settings().home) / "more.txt"
+    copy.write_text((STDLIB / "configparser.py").read_text(encoding="utf-8"), encoding="utf-8")
+    admin = ids["admin"]
+    ok(invoke("upload", str(copy), "--base", "secret", "--submit", "--json", token=admin))
+    ok(invoke("work", "--drain", "--json", token=admin))
+    ok(invoke("publish", "--all-reviewed", "--json", token=admin))
+    db_execute("ANALYZE chunks")  # the table's shares now count the new chunks
+    assert before
+    assert _ranked(kb, SOME_WORDS, outsider) == before
