@@ -559,6 +559,8 @@ def ingestion(files: list[Path], runs: int) -> dict:
 
 # ---------------------------------------------------------------------------- the run
 def measure_home(engine: str, size: str, url: str | None, args, manifest: dict) -> dict:
+    from benchmarks import pg_home
+
     home = home_of(engine, size)
     env = kb_env(home, url)
     kb = open_kb(home, url)
@@ -571,7 +573,9 @@ def measure_home(engine: str, size: str, url: str | None, args, manifest: dict) 
         "files": manifest["files"],
         "built": manifest["built"],
         # First: what search is timed with is the index as a worker leaves it.
-        "index_build_seconds": index_build_seconds(env),
+        "index_build_seconds": (
+            index_build_seconds(env) if url is None else pg_home.hnsw_build_seconds(url)
+        ),
     }
     log(f"{engine}-{size}: search in process")
     result["in_process"] = in_process_latency(kb, sample)

@@ -28,6 +28,7 @@ REVISIONS = (
     "0012_document_meta",
     "0013_pgvector",
     "0014_pending_objects",
+    "0015_lexical_index",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

@@ -1,0 +1,162 @@
+"""PostgreSQL's lexical ranking from its index (migration 0015): the per-base chunk
+counts stay in step with every write, and the rarest-words-first ranking is the full
+BM25 ranking, except where it says it is not (a question of common words only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kb_cli import queries
+from kb_cli.app import Kb
+from kb_cli.config import resolve_settings
+from kb_cli.engines import postgresql
+from kb_cli.metadata import MetaFilter
+from kb_cli.permissions import Scope
+from kb_cli.textsearch import parse_query
+from tests.helpers import ON_POSTGRES
+
+pytestmark = pytest.mark.skipif(not ON_POSTGRES, reason="the stored words are PostgreSQL's")
+
+# Real text, several hundred chunks: modules of the standard library.
+STDLIB = Path(__import__("json").__file__).parents[1]
+OPEN_FILES = ["argparse.py", "pathlib.py", "tarfile.py"]
+TAGGED_FILE = "shutil.py"  # --meta team=tools
+SECRET_FILE = "zipfile.py"  # in a base the outsider may not read
+QUESTIONS = [
+    "parse command line arguments and print the help message",
+    "extract every member of a compressed archive to a directory",
+    "copy a directory tree recursively, preserving permissions",
+    "join path components and resolve symbolic links",
+    "tarfile extractall filter",
+]
+COMMON_WORDS = "self return"  # in most chunks of Python source ("the" is a stopword)
+SOME_WORDS = "file name"  # in some of the chunks (in more than half, idf is its floor)
+DEPTH = 30
+TOTALS = """
+    SELECT d.base, count(*) AS chunks, sum(c.term_count) AS words
+    FROM chunks AS c JOIN documents AS d ON d.id = c.document_id GROUP BY d.base"""
+KEPT = "SELECT base, sum(chunks) AS chunks, sum(words) AS words FROM chunk_totals GROUP BY base"
+
+
+def ok(result) -> list[dict]:
+    assert result.code == 0, result.stderr
+    return result.records
+
+
+def _corpus(invoke, root: Path) -> dict[str, str]:
+    def upload(name: str, *options: str) -> str:
+        copy = root / (Path(name).parent.name + Path(name).stem + ".txt")
+        copy.write_text((STDLIB / name).read_text(encoding="utf-8"), encoding="utf-8")
+        records = ok(invoke("upload", str(copy), "--submit", "--json", *options, token=admin))
+        return records[0]["document_id"]
+
+    admin = ok(invoke("user", "add", "root", "--role", "admin", "--json"))[0]["token"]
+    ok(invoke("base", "create", "secret", "--team", "insiders", "--json", token=admin))
+    ids = {name: upload(name) for name in OPEN_FILES}
+    ids[TAGGED_FILE] = upload(TAGGED_FILE, "--meta", "team=tools")
+    ids[SECRET_FILE] = upload(SECRET_FILE, "--base", "secret")
+    ok(invoke("work", "--drain", "--json", token=admin))
+    ok(invoke("publish", "--all-reviewed", "--json", token=admin))
+    return ids | {"admin": admin}
+
+
+@pytest.fixture(scope="module")
+def corpus(build_home):
+    return build_home(_corpus)
+
+
+def _kept_in_step() -> None:
+    from tests.helpers import db_rows
+
+    def by_base(sql: str) -> dict[str, tuple[int, int]]:
+        return {
+            row["base"]: (int(row["chunks"]), int(row["words"]))
+            for row in db_rows(sql)
+            if row["chunks"]
+        }
+
+    assert by_base(KEPT) == by_base(TOTALS)
+
+
+def test_the_chunk_counts_follow_ingestion_moves_and_deletes(corpus, enter_home, invoke):
+    ids = enter_home(corpus, writes=True)
+    admin = ids["admin"]
+    _kept_in_step()
+    ok(invoke("base", "move", ids[TAGGED_FILE], "secret", "--json", token=admin))
+    _kept_in_step()
+    ok(invoke("delete", ids["pathlib.py"], "--json", token=admin))
+    ok(invoke("work", "--drain", "--json", token=admin))
+    _kept_in_step()
+    from tests.helpers import db_rows
+
+    assert not db_rows("SELECT 1 FROM chunks WHERE document_id = :id", id=ids["pathlib.py"])
+
+
+def _ranked(kb: Kb, question: str, scope: Scope) -> list[tuple[int, float]]:
+    query = parse_query(question)
+    with kb.db.read() as conn:
+        return queries.lexical_ranking(conn, query.terms, query.phrases, DEPTH, scope)
+
+
+SCOPES = {
+    "every base": Scope(),
+    "an outsider's bases": Scope(reader="outsider"),
+    "one base": Scope(base="default"),
+    "tagged documents": Scope(where=(MetaFilter("team", "tools"),)),
+}
+
+
+@pytest.mark.parametrize("scope", SCOPES.values(), ids=SCOPES.keys())
+def test_rarest_words_first_is_the_full_ranking(corpus, enter_home, monkeypatch, scope):
+    enter_home(corpus)
+    kb = Kb.open(resolve_settings(), actor="tester", create=False)
+    for question in QUESTIONS:
+        full = _ranked(kb, question, scope)  # this corpus is under CANDIDATES: all scored
+        assert full, question
+        with monkeypatch.context() as small:
+            small.setattr(postgresql, "CANDIDATES", 100)
+            found = _ranked(kb, question, scope)
+        assert [chunk for chunk, _ in found] == [chunk for chunk, _ in full], question
+        assert [score for _, score in found] == pytest.approx([score for _, score in full])
+
+
+def test_a_question_of_common_words_only_ranks_the_first_chunks_holding_all(
+    corpus, enter_home, monkeypatch
+):
+    enter_home(corpus)
+    kb = Kb.open(resolve_settings(), actor="tester", create=False)
+    full = _ranked(kb, COMMON_WORDS, Scope())
+    monkeypatch.setattr(postgresql, "CANDIDATES", 40)
+    found = _ranked(kb, COMMON_WORDS, Scope())
+    assert len(found) == DEPTH
+    assert {chunk for chunk, _ in found} != {chunk for chunk, _ in full}  # where it gives way
+    with kb.db.read() as conn:
+        for chunk, score in found:
+            words = conn.execute(
+                "SELECT words FROM chunks WHERE id = :id AND words @@ to_tsquery('self & return')",
+                {"id": chunk},
+            ).first()
+            assert words is not None, "each candidate holds every common word"
+            assert score == pytest.approx(dict(full).get(chunk, score))  # scores stay BM25's
+
+
+def test_a_scoped_score_never_counts_a_base_out_of_scope(corpus, enter_home, invoke, monkeypatch):
+    from tests.helpers import db_execute
+
+    ids = enter_home(corpus, writes=True)
+    kb = Kb.open(resolve_settings(), actor="tester", create=False)
+    monkeypatch.setattr(postgresql, "COUNTED", 10)  # so that every word is past it
+    outsider = Scope(reader="outsider")  # not in the team of base "secret"
+    db_execute("ANALYZE chunks")
+    before = _ranked(kb, SOME_WORDS, outsider)
+    copy = Path(resolve_settings().home) / "more.txt"
+    copy.write_text((STDLIB / "configparser.py").read_text(encoding="utf-8"), encoding="utf-8")
+    admin = ids["admin"]
+    ok(invoke("upload", str(copy), "--base", "secret", "--submit", "--json", token=admin))
+    ok(invoke("work", "--drain", "--json", token=admin))
+    ok(invoke("publish", "--all-reviewed", "--json", token=admin))
+    db_execute("ANALYZE chunks")  # the table's shares now count the new chunks
+    assert before
+    assert _ranked(kb, SOME_WORDS, outsider) == before
