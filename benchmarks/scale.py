@@ -160,7 +160,9 @@ def corpus_pages() -> list[tuple[str, Path]]:
 
 # ---------------------------------------------------------------------------- homes
 def home_of(engine: str, size: str) -> Path:
-    return DATA / f"{engine}-{size}"
+    """The home of a size; the one benchmarks/bulk_home.py built, once it has (1m)."""
+    bulk = DATA / f"{engine}-{size}-bulk"
+    return bulk if (bulk / "scale-manifest.json").exists() else DATA / f"{engine}-{size}"
 
 
 def database_url(engine: str, size: str, admin_url: str | None) -> str | None:
