@@ -242,6 +242,11 @@ def process_queue(kb, pool) -> tuple[int, int]:
     return documents, chunks
 
 
+def uploaded_names(kb) -> set[str]:
+    with kb.db.read() as conn:
+        return set(conn.execute("SELECT filename FROM documents").scalars())
+
+
 def build(home: Path, target: int, extra_chars: int, processes: int) -> dict:
     from benchmarks.scale import open_kb
 
@@ -267,6 +272,8 @@ def build(home: Path, target: int, extra_chars: int, processes: int) -> dict:
     if progress.get("extra"):
         texts += extra_texts(extra_chars)
     kb = open_kb(home, None)
+    with kb.db.read() as conn:  # what a stopped run wrote, counted again
+        progress["chunks"] = conn.execute("SELECT count(*) FROM chunks").scalar()
     context = multiprocessing.get_context("fork")
     with context.Pool(processes, initializer=_open_for_parsing, initargs=(str(home),)) as pool:
         while True:
@@ -282,7 +289,12 @@ def build(home: Path, target: int, extra_chars: int, processes: int) -> dict:
             if progress["chunks"] >= target or first >= len(texts) or stop.exists():
                 break
             batch = texts[first : first + UPLOAD_BATCH]
-            kb_run(env, "upload", *map(str, batch), "--submit", "--json")
+            # kb stores a file uploaded twice twice: a batch a stopped run uploaded
+            # before it could say so is not uploaded again.
+            names = uploaded_names(kb)
+            fresh = [path for path in batch if path.name not in names]
+            if fresh:
+                kb_run(env, "upload", *map(str, fresh), "--submit", "--json")
             progress["uploaded"] = first + len(batch)
             save()
     kb.db.close()
