@@ -14,6 +14,9 @@ hours on a shared 2-core machine, so build it on its own first, at a low priorit
     nohup uv run --group bench python benchmarks/scale.py --build-only --sizes 1m --nice \
         > /work/bench-data/scale/build-1m.log 2>&1 &
 
+A size whose home benchmarks/bulk_home.py built (DATA/<engine>-<size>-bulk, through
+kb's own pipeline steps in bulk, much faster) is measured from that home instead.
+
 Per engine (SQLite; PostgreSQL when KB_BENCH_POSTGRES_URL names a server) and size, side
 by side: search latency in process and as a whole `kb search` process (p50/p95, each
 mode), recall@10 of `kb.vectors` against the exact scan, the peak memory of a search
