@@ -694,6 +694,14 @@ def baselines() -> dict[str, dict]:
     return {"alone": scored(quality_alone()), "together": together}
 
 
+def _keep(args, results: list[dict]) -> None:
+    if args.quick and not args.output:
+        return
+    output = (args.output or DATA / "scale-latest.json").with_suffix(".partial.json")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=1))
+
+
 def main() -> None:
     global DATA
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -735,6 +743,7 @@ def main() -> None:
                 manifest = build_home(engine, size, url, args.workers, nice=args.nice)
                 if not args.build_only:
                     results.append(measure_home(engine, size, url, args, manifest))
+                    _keep(args, results)  # what is measured survives a later failure
         if args.build_only:
             return
         alone = None if args.skip_quality else baselines()
