@@ -14,6 +14,9 @@ hours on a shared 2-core machine, so build it on its own first, at a low priorit
     nohup uv run --group bench python benchmarks/scale.py --build-only --sizes 1m --nice \
         > /work/bench-data/scale/build-1m.log 2>&1 &
 
+A size whose home benchmarks/bulk_home.py built (DATA/<engine>-<size>-bulk, through
+kb's own pipeline steps in bulk, much faster) is measured from that home instead.
+
 Per engine (SQLite; PostgreSQL when KB_BENCH_POSTGRES_URL names a server) and size, side
 by side: search latency in process and as a whole `kb search` process (p50/p95, each
 mode), recall@10 of `kb.vectors` against the exact scan, the peak memory of a search
@@ -160,7 +163,9 @@ def corpus_pages() -> list[tuple[str, Path]]:
 
 # ---------------------------------------------------------------------------- homes
 def home_of(engine: str, size: str) -> Path:
-    return DATA / f"{engine}-{size}"
+    """The home of a size; the one benchmarks/bulk_home.py built, once it has (1m)."""
+    bulk = DATA / f"{engine}-{size}-bulk"
+    return bulk if (bulk / "scale-manifest.json").exists() else DATA / f"{engine}-{size}"
 
 
 def database_url(engine: str, size: str, admin_url: str | None) -> str | None:
@@ -693,6 +698,14 @@ def baselines() -> dict[str, dict]:
     return {"alone": scored(quality_alone()), "together": together}
 
 
+def _keep(args, results: list[dict]) -> None:
+    if args.quick and not args.output:
+        return
+    output = (args.output or DATA / "scale-latest.json").with_suffix(".partial.json")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=1))
+
+
 def main() -> None:
     global DATA
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -734,6 +747,7 @@ def main() -> None:
                 manifest = build_home(engine, size, url, args.workers, nice=args.nice)
                 if not args.build_only:
                     results.append(measure_home(engine, size, url, args, manifest))
+                    _keep(args, results)  # what is measured survives a later failure
         if args.build_only:
             return
         alone = None if args.skip_quality else baselines()

@@ -316,20 +316,47 @@ def lexical_ranking(
     return ranked_in_scope(conn, terms, phrases, limit, scope, scope_params)
 
 
+# The index ranks its own matches first and only the best few are joined to their chunk
+# and document (and their phrases checked): a common word matches a tenth of a large
+# base, and joining every match before the sort cost three times the ranking itself.
+# A window that keeps too few published chunks grows until it holds every match.
+WINDOW_PER_RESULT = 4
+WINDOW_GROWTH = 4
+
+
 def ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
-    """FTS5's bm25(), whose statistics cover the whole index."""
+    """FTS5's bm25(), whose statistics cover the whole index: the best `limit`
+    published chunks (with every phrase) of the index's best matches, in the order of
+    (score, id) that a ranking of every match gives."""
     params: dict[str, object] = {"match": _any_of(terms), "limit": limit}
     filters = candidate_filters(phrases, "", params, caseless_like)
     sql = f"""
-        SELECT c.id, -bm25(chunks_terms) AS score
-        FROM chunks_terms
-        JOIN chunks AS c ON c.id = chunks_terms.rowid
+        WITH best AS (
+            SELECT rowid AS id, -bm25(chunks_terms) AS score FROM chunks_terms
+            WHERE chunks_terms MATCH :match
+            ORDER BY score DESC, rowid
+            LIMIT :window
+        )
+        SELECT c.id, best.score
+        FROM best
+        JOIN chunks AS c ON c.id = best.id
         JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
-        WHERE chunks_terms MATCH :match{filters}
-        ORDER BY score DESC, c.id
+        WHERE 1 = 1{filters}
+        ORDER BY best.score DESC, c.id
         LIMIT :limit
     """
-    return [(row[0], float(row[1])) for row in conn.execute(sql, params)]
+    window = WINDOW_PER_RESULT * max(limit, 1)
+    while True:
+        rows = [(row[0], float(row[1])) for row in conn.execute(sql, params | {"window": window})]
+        if len(rows) >= limit or _matches(conn, params["match"], window) < window:
+            return rows  # enough, or the window held every match
+        window *= WINDOW_GROWTH
+
+
+def _matches(conn, match: object, most: int) -> int:
+    """How many chunks match, counted up to `most`."""
+    sql = "SELECT count(*) FROM (SELECT 1 FROM chunks_terms WHERE chunks_terms MATCH :m LIMIT :n)"
+    return int(conn.execute(sql, {"m": match, "n": most}).first()[0])
 
 
 def _any_of(terms: list[str]) -> str:

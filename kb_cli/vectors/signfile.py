@@ -61,8 +61,13 @@ CHECK_BOUND_PER_RESULT = 64
 ROUNDING = 0.01
 READ_BATCH = 20_000  # vectors per statement while building
 # The worker folds newer chunks into the index once this many wait in the delta (it
-# looks after its first task, then at most every FOLD_CHECK_SECONDS) ...
+# looks after its first task, then at most every FOLD_CHECK_SECONDS), or this share of
+# the index in a larger one: a fold rewrites the whole file (550 MB at 1M chunks), so
+# in a growing base folds come as often as its size allows, and each chunk written pays
+# a bounded cost for them, where every 5,000 chunks cost a rewrite of 1M; a search
+# scans at most that share of the base exactly meanwhile ...
 FOLD_CHUNKS = 5_000
+FOLD_SHARE = 0.02
 FOLD_CHECK_SECONDS = 5.0
 # ... and writes the index anew instead when more than this share of what it would
 # hold is gone from the database (deleted documents, superseded revisions).
@@ -397,10 +402,16 @@ class IndexState:
     delta: int  # chunks past the watermark of a current index
 
 
+def fold_due(delta: int, indexed: int) -> bool:
+    """Whether `delta` chunks past the watermark of an index of `indexed` are worth a
+    rewrite of the whole file."""
+    return delta >= max(FOLD_CHUNKS, int(FOLD_SHARE * indexed))
+
+
 def fold_if_due(db: Database, directory: Path, model: str, min_chunks: int) -> bool:
     """What the worker runs after a task: build the index of `model` (at the dimension
     of its newest vector) when there is none, or a stale one, and the base has at least
-    `min_chunks` such vectors; fold the delta in when FOLD_CHUNKS wait there. Skipped
+    `min_chunks` such vectors; fold the delta in when it is due (fold_due). Skipped
     when another process is writing it. Whether it built anything."""
     with db.read() as conn:
         dim = queries.newest_dim(conn, model)
@@ -410,7 +421,7 @@ def fold_if_due(db: Database, directory: Path, model: str, min_chunks: int) -> b
         incremental = True
         if index is not None and index.current(conn):
             delta = queries.count_vectors(conn, model, dim, index.header.watermark)
-            if delta < FOLD_CHUNKS:
+            if not fold_due(delta, index.header.count):
                 return False
             live = queries.count_vectors(conn, model, dim)
             incremental = index.header.count + delta <= (1 + GONE_SHARE) * live

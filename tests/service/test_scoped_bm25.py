@@ -59,3 +59,33 @@ def test_bm25_weighs_rare_terms_and_short_chunks_higher():
 def test_a_term_in_most_chunks_keeps_a_tiny_positive_weight():
     corpus = Corpus(chunks=4, mean_length=5.0, frequency={"the": 4})
     assert 0 < bm25(corpus, [(1, "the", 1, 5)])[1] < 1e-5
+
+
+@sqlite_only
+def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(invoke, kb, tmp_path):
+    """More unpublished chunks outrank the published one than the first window holds
+    (WINDOW_PER_RESULT per result): the window grows until it finds it."""
+    drafts = sqlite.WINDOW_PER_RESULT * sqlite.WINDOW_GROWTH + 3
+    for i in range(drafts):
+        (tmp_path / f"draft{i}.txt").write_text(f"Invoices invoices invoices, draft {i}.")
+    published = tmp_path / "published.txt"
+    published.write_text("The invoices are kept by finance, with the contracts and the rest.")
+    uploaded = invoke("upload", str(published), "--submit", "--json")
+    assert uploaded.code == 0, uploaded.stderr
+    document = uploaded.records[0]["document_id"]
+    names = [str(tmp_path / f"draft{i}.txt") for i in range(drafts)]
+    assert invoke("upload", *names, "--submit").code == 0
+    assert invoke("work", "--drain").code == 0
+    assert invoke("publish", document).code == 0
+    with kb.db.read() as conn:
+        ranked = sqlite.ranked_by_the_index(conn, ["invoices"], [], 1)
+        published_id = conn.execute(
+            "SELECT id FROM chunks WHERE document_id = :d", {"d": document}
+        ).scalar()
+        everything = conn.execute(
+            "SELECT count(*) FROM chunks_terms WHERE chunks_terms MATCH 'invoices'"
+        ).scalar()
+    assert everything == drafts + 1
+    assert [chunk for chunk, _score in ranked] == [published_id]
+    with kb.db.read() as conn:  # a phrase no chunk holds: every match looked at, none kept
+        assert sqlite.ranked_by_the_index(conn, ["invoices"], ["no such phrase"], 1) == []
