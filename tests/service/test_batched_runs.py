@@ -18,7 +18,7 @@ from kb_cli.services import documents as docs
 from kb_cli.services import tasks
 from kb_cli.worker import Worker
 from kb_cli.worker.claim import Claimant, take
-from tests.helpers import db_rows
+from tests.helpers import db_rows, file_store_only
 
 LEASE = 30.0
 
@@ -141,6 +141,7 @@ def test_a_task_taken_over_in_the_batch_is_left_to_its_new_worker(kb, clock, tmp
         assert chunks_of(task_id) == 1
 
 
+@file_store_only("changes a stored object's file behind kb's back")
 def test_a_task_that_fails_in_the_batch_fails_alone(kb, clock, tmp_path):
     # The second has no indexable text (empty_document: failed); the third's stored
     # object was changed behind kb's back (object_read_error: waits for a retry).

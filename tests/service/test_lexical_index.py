@@ -142,7 +142,9 @@ def test_a_question_of_common_words_only_ranks_the_first_chunks_holding_all(
             assert score == pytest.approx(dict(full).get(chunk, score))  # scores stay BM25's
 
 
-def test_a_scoped_score_never_counts_a_base_out_of_scope(corpus, enter_home, invoke, monkeypatch):
+def test_a_scoped_score_never_counts_a_base_out_of_scope(
+    corpus, enter_home, invoke, monkeypatch, tmp_path
+):
     from tests.helpers import db_execute
 
     ids = enter_home(corpus, writes=True)
@@ -151,7 +153,7 @@ def test_a_scoped_score_never_counts_a_base_out_of_scope(corpus, enter_home, inv
     outsider = Scope(reader="outsider")  # not in the team of base "secret"
     db_execute("ANALYZE chunks")
     before = _ranked(kb, SOME_WORDS, outsider)
-    copy = Path(resolve_settings().home) / "more.txt"
+    copy = tmp_path / "more.txt"  # with the S3 store, the home has no directory
     copy.write_text((STDLIB / "configparser.py").read_text(encoding="utf-8"), encoding="utf-8")
     admin = ids["admin"]
     ok(invoke("upload", str(copy), "--base", "secret", "--submit", "--json", token=admin))
