@@ -5,9 +5,13 @@
   reads the words from the row instead of parsing the text of every chunk it looks at.
 - `chunk_totals`: how many chunks and words each base holds (all revisions, as BM25
   counts them), kept in step with `chunks` by triggers in the writing transaction, so
-  a search reads a few rows instead of counting the corpus. Rows per (base, stripe):
-  a document's chunks add to the stripe of its id, so two workers writing documents
-  of one base seldom wait for the same row.
+  a search reads a few rows instead of counting the corpus, and sums them. Rows per
+  (base, stripe): a transaction adds to (or takes from) the stripe of its own
+  connection, so that workers writing one base seldom wait for the same row and never
+  for each other's in turn (a stripe of the document's id had every batch of small
+  documents touch most stripes, and eight workers deadlock and wait on each other).
+  One stripe's row may fall below zero where another connection deleted what this
+  one added: only the sum over a base's stripes means anything.
 
 Nothing on SQLite, whose FTS5 index keeps its own statistics.
 
@@ -22,29 +26,41 @@ down_revision = "0014_pending_objects"
 
 WORDS = "to_tsvector('kb_english', regexp_replace(terms, '[^[:alnum:]]+', ' ', 'g'))"
 STRIPES = 16
-STRIPE = f"(hashtext({{document}}) & {STRIPES - 1})"
+STRIPE = f"(pg_backend_pid() & {STRIPES - 1})"
 
+
+def _add_to_totals(rows: str) -> str:
+    """Add `rows` (base, stripe, chunks, words) to chunk_totals."""
+    return f"""
+    INSERT INTO chunk_totals AS t (base, stripe, chunks, words)
+    {rows}
+    ON CONFLICT (base, stripe) DO UPDATE
+      SET chunks = t.chunks + excluded.chunks, words = t.words + excluded.words;"""
+
+
+_ADDED = _add_to_totals(
+    f"""SELECT d.base, {STRIPE}, count(*), sum(n.term_count)
+    FROM added AS n JOIN documents AS d ON d.id = n.document_id
+    GROUP BY 1 ORDER BY 1"""
+)
+_REMOVED = _add_to_totals(
+    f"""SELECT d.base, {STRIPE}, -count(*), -sum(r.term_count)
+    FROM removed AS r JOIN documents AS d ON d.id = r.document_id
+    GROUP BY 1 ORDER BY 1"""
+)
 _COUNT = f"""
 CREATE FUNCTION kb_chunk_totals() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO chunk_totals AS t (base, stripe, chunks, words)
-    SELECT d.base, {STRIPE.format(document="d.id")}, count(*), sum(n.term_count)
-    FROM added AS n JOIN documents AS d ON d.id = n.document_id
-    GROUP BY 1, 2 ORDER BY 1, 2
-    ON CONFLICT (base, stripe) DO UPDATE
-      SET chunks = t.chunks + excluded.chunks, words = t.words + excluded.words;
-  ELSE
-    UPDATE chunk_totals AS t SET chunks = t.chunks - o.chunks, words = t.words - o.words
-    FROM (SELECT d.base, {STRIPE.format(document="d.id")} AS stripe, count(*) AS chunks,
-                 sum(r.term_count) AS words
-          FROM removed AS r JOIN documents AS d ON d.id = r.document_id
-          GROUP BY 1, 2) AS o
-    WHERE t.base = o.base AND t.stripe = o.stripe;
+  IF TG_OP = 'INSERT' THEN{_ADDED}
+  ELSE{_REMOVED}
   END IF;
   RETURN NULL;
 END $$"""
 # A document moved to another base takes its chunks' counts with it.
+_MOVED = _add_to_totals(
+    f"""VALUES (OLD.base, {STRIPE}, -moved_chunks, -moved_words),
+           (NEW.base, {STRIPE}, moved_chunks, moved_words)"""
+)
 _MOVE = f"""
 CREATE FUNCTION kb_chunk_totals_moved() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -53,13 +69,7 @@ DECLARE
 BEGIN
   SELECT count(*), coalesce(sum(term_count), 0) INTO moved_chunks, moved_words
   FROM chunks WHERE document_id = NEW.id;
-  IF moved_chunks > 0 THEN
-    UPDATE chunk_totals SET chunks = chunks - moved_chunks, words = words - moved_words
-    WHERE base = OLD.base AND stripe = {STRIPE.format(document="OLD.id")};
-    INSERT INTO chunk_totals AS t (base, stripe, chunks, words)
-    VALUES (NEW.base, {STRIPE.format(document="NEW.id")}, moved_chunks, moved_words)
-    ON CONFLICT (base, stripe) DO UPDATE
-      SET chunks = t.chunks + excluded.chunks, words = t.words + excluded.words;
+  IF moved_chunks > 0 THEN{_MOVED}
   END IF;
   RETURN NULL;
 END $$"""
@@ -71,9 +81,9 @@ POSTGRESQL = [
     """CREATE TABLE chunk_totals (
         base varchar(100) NOT NULL, stripe integer NOT NULL,
         chunks bigint NOT NULL, words bigint NOT NULL, PRIMARY KEY (base, stripe))""",
-    f"""INSERT INTO chunk_totals (base, stripe, chunks, words)
-        SELECT d.base, {STRIPE.format(document="d.id")}, count(*), sum(c.term_count)
-        FROM chunks AS c JOIN documents AS d ON d.id = c.document_id GROUP BY 1, 2""",
+    """INSERT INTO chunk_totals (base, stripe, chunks, words)
+        SELECT d.base, 0, count(*), sum(c.term_count)
+        FROM chunks AS c JOIN documents AS d ON d.id = c.document_id GROUP BY 1""",
     _COUNT,
     _MOVE,
     """CREATE TRIGGER kb_chunks_added AFTER INSERT ON chunks REFERENCING NEW TABLE AS added
