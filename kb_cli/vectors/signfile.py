@@ -3,7 +3,9 @@ model and dimension beside the database file, holding for every chunk with such 
 vector up to a watermark chunk id its id, one bit per dimension (the sign), and the
 vector in half precision. Chosen on measurement (benchmarks/README.md, "A vector index
 on SQLite"): memory-mapped, so a `kb search` process opens it in microseconds, and
-needs nothing beyond numpy.
+needs nothing beyond numpy; the few thousand vectors a search rescores are read with
+pread, so that its memory stays that of the sign codes (about 120 MiB a process at 1M
+chunks, against 642 MiB mapped).
 
 A search ranks every sign code by Hamming distance to the query's (32 bytes a chunk),
 rescores the nearest few thousand by their half-precision vectors, and asks the
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import mmap
 import os
 import re
 import zlib
@@ -48,8 +51,9 @@ ALIGN = 64
 # Hamming candidates rescored in half precision, per result sought, at least ROUGH_MIN
 # and at least one in ROUGH_SHARE of the index (sign bits tell fewer of the nearest
 # apart as the index grows): recall@10 against the exact ranking is 0.98 at 100k real
-# chunks (benchmarks/README.md, "A vector index on SQLite").
-ROUGH_PER_RESULT, ROUGH_MIN, ROUGH_SHARE = 40, 2000, 50
+# chunks, 0.993 at 986k with one in 50 or in 100 (0.987 in 150), where each read costs
+# a pread (benchmarks/README.md, "A vector index on SQLite", "A company-sized ...").
+ROUGH_PER_RESULT, ROUGH_MIN, ROUGH_SHARE = 40, 2000, 100
 # Candidates checked against the database: first this many per result sought, doubled
 # while too few survive (another base, an unpublished revision, a deleted chunk) ...
 CHECK_PER_RESULT = 2
@@ -107,19 +111,51 @@ class Header:
 
 
 class LoadedIndex:
-    """An index file, memory-mapped: the ids (ascending), the sign codes one machine
-    word column at a time (a contiguous pass per word), the half-precision vectors."""
+    """An index file: the ids (ascending) and the sign codes one machine word column at
+    a time (a contiguous pass per word), memory-mapped; the half-precision vectors,
+    read row by row (`halves`)."""
 
     def __init__(self, path: Path, header: Header, offset: int, stamp: tuple[int, ...]) -> None:
         import numpy as np
 
         self.header, self.stamp = header, stamp
-        n, words, dim = header.count, header.words, header.dim
-        self.ids = np.memmap(path, dtype="<i8", mode="r", offset=offset, shape=(n,))
+        n, words = header.count, header.words
+        self._file = path.open("rb")
+        self._mapped = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        self.ids = np.frombuffer(self._mapped, dtype="<i8", count=n, offset=offset)
         offset += 8 * n
-        self.codes = np.memmap(path, dtype="<u8", mode="r", offset=offset, shape=(words, n))
-        offset += 8 * words * n
-        self.halves = np.memmap(path, dtype=VECTOR_DTYPE, mode="r", offset=offset, shape=(n, dim))
+        self._codes_at = offset
+        self.codes = np.frombuffer(self._mapped, "<u8", words * n, offset).reshape(words, n)
+        self._halves_at = offset + 8 * words * n
+
+    def release_codes(self, word: int) -> None:
+        """Let go of the pages of one word column of the codes once scanned: a search
+        holds one column (8 MB at 1M chunks) at a time, not all of them."""
+        size = 8 * self.header.count
+        start = -(-(self._codes_at + word * size) // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (self._codes_at + (word + 1) * size) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start:
+            self._mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    def every_half(self) -> np.ndarray:
+        """Every half-precision vector, in one read (a fold copies them)."""
+        import numpy as np
+
+        self._file.seek(self._halves_at)
+        count = self.header.count * self.header.dim
+        return np.fromfile(self._file, VECTOR_DTYPE, count).reshape(-1, self.header.dim)
+
+    def halves(self, positions: np.ndarray) -> np.ndarray:
+        """The half-precision vectors at `positions`, read with one pread each: a search
+        reads a few thousand scattered rows, and a memory-mapped read of each would map
+        (and count in the process's memory) the 64 KiB around it, the whole vector
+        section at 1M chunks (642 MiB at the peak of a search process, measured)."""
+        import numpy as np
+
+        row = 2 * self.header.dim
+        fd, at = self._file.fileno(), self._halves_at
+        data = b"".join([os.pread(fd, row, at + row * p) for p in positions.tolist()])
+        return np.frombuffer(data, dtype=VECTOR_DTYPE).reshape(len(positions), self.header.dim)
 
     def current(self, conn: Connection) -> bool:
         marks = queries.index_marks(conn, self.header.watermark)
@@ -143,6 +179,7 @@ class LoadedIndex:
             np.bitwise_xor(self.codes[word], signs[word], out=scratch)
             np.bitwise_count(scratch, out=counts)
             distance += counts
+            self.release_codes(word)
         if rough < n:
             # Every code within the distance that reaches `rough` codes: a histogram of
             # 257 bins is cheaper than a partition of n.
@@ -150,7 +187,7 @@ class LoadedIndex:
             positions = np.flatnonzero(distance <= cut)
         else:
             positions = np.arange(n)
-        similarity = self.halves[positions].astype(np.float32) @ query.astype(np.float32)
+        similarity = self.halves(positions).astype(np.float32) @ query.astype(np.float32)
         order = np.argsort(-similarity, kind="stable")
         return positions[order], similarity[order]
 
@@ -331,7 +368,7 @@ def build(
     halves = [new_vectors]
     if previous is not None:
         ids.insert(0, np.asarray(previous.ids))
-        halves.insert(0, np.asarray(previous.halves))
+        halves.insert(0, previous.every_half())
     all_ids, all_halves = np.concatenate(ids), np.concatenate(halves)
     if not len(all_ids):  # nothing to index: no file (a search scans exactly)
         path.unlink(missing_ok=True)

@@ -284,3 +284,17 @@ def test_an_index_of_another_database_is_not_used(home, tmp_path):
     with home.db.read() as conn:
         assert not index.current(conn)
     assert dataclasses.replace(header.header, database_id="0" * len(database_id)) == index.header
+
+
+def test_the_vectors_read_by_position_and_in_one_read_are_the_database_s(home):
+    """A search reads its candidates' vectors row by row, a fold all of them at once:
+    both are the half-precision vectors the database holds, for the ids beside them."""
+    index = read_index(_rebuild(home))
+    assert index is not None
+    every = index.every_half()
+    some = np.array([0, 7, index.header.count - 1])
+    assert np.array_equal(index.halves(some), every[some])
+    with home.db.read() as conn:
+        ids, blobs = queries.vectors_between(conn, home.embedder.model, 256, 0, 1 << 62, 1 << 30)
+    assert ids == index.ids.tolist()
+    assert np.array_equal(np.frombuffer(b"".join(blobs), every.dtype).reshape(every.shape), every)
