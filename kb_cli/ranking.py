@@ -45,15 +45,18 @@ def bm25(corpus: Corpus, matches: Iterable[tuple[int, str, int, int]]) -> dict[i
     """Chunk id: BM25 score, from (chunk id, term, occurrences, chunk length) rows; the
     same formula as FTS5's bm25() (an idf floor of 1e-6 instead of negative weights)."""
     mean_length = max(corpus.mean_length, 1.0)
-    weight = {
-        term: max(math.log((corpus.chunks - df + 0.5) / (df + 0.5)), 1e-6)
-        for term, df in corpus.frequency.items()
-    }
+    weight = {term: idf(corpus.chunks, df) for term, df in corpus.frequency.items()}
     scores: dict[int, float] = defaultdict(float)
     for chunk, term, tf, length in matches:
         norm = BM25_K1 * (1 - BM25_B + BM25_B * length / mean_length)
         scores[chunk] += weight[term] * tf * (BM25_K1 + 1) / (tf + norm)
     return scores
+
+
+def idf(chunks: int, holding: float) -> float:
+    """A word's weight: FTS5's, floored at 1e-6 where a word in most chunks would weigh
+    less than nothing."""
+    return max(math.log((chunks - holding + 0.5) / (holding + 0.5)), 1e-6)
 
 
 def best_scored(scores: dict[int, float], limit: int) -> list[Scored]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import re
 import threading
 import time
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_cli.engines import WATCH_SLICE_SECONDS, candidate_filters
 from kb_cli.errors import UsageError
-from kb_cli.ranking import BM25_B, BM25_K1, Scored
+from kb_cli.ranking import BM25_B, BM25_K1, Scored, idf
 
 if TYPE_CHECKING:
     import psycopg
@@ -358,11 +357,8 @@ def lexical_ranking(
         return []
     chunks, mean_length = _corpus(conn, scope, scope_params)
     frequency = _frequencies(conn, lexemes, chunks, scope, scope_params)
-    idf = {
-        lexeme: max(math.log((chunks - df + 0.5) / (df + 0.5)), 1e-6)
-        for lexeme, df in frequency.items()
-    }
-    ranking = Ranking(conn, idf, mean_length, phrases, limit, scope, scope_params)
+    weights = {lexeme: idf(chunks, df) for lexeme, df in frequency.items()}
+    ranking = Ranking(conn, weights, mean_length, phrases, limit, scope, scope_params)
     if chunks <= CANDIDATES:
         return ranking.of(lexemes, " | ")
     found: list[Scored] = []
@@ -370,7 +366,7 @@ def lexical_ranking(
     rarest_first = sorted(lexemes, key=lambda lexeme: (frequency[lexeme], lexeme))
     for done, lexeme in enumerate(rarest_first):
         left, scored = rarest_first[done:], rarest_first[:done]
-        best_of_the_rest = sum(idf[word] for word in left) * (BM25_K1 + 1)
+        best_of_the_rest = sum(weights[word] for word in left) * (BM25_K1 + 1)
         if len(found) >= limit and found[limit - 1][1] >= best_of_the_rest:
             break
         if frequency[lexeme] > budget:

@@ -9,6 +9,7 @@ FTS5's own BM25.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sqlite3
 import threading
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_cli.engines import WATCH_SLICE_SECONDS, candidate_filters
 from kb_cli.errors import UsageError
-from kb_cli.ranking import Corpus, Scored, best_scored, bm25
+from kb_cli.ranking import Corpus, Scored, best_scored, bm25, idf
 from kb_cli.textsearch import TOKENIZER
 
 if TYPE_CHECKING:
@@ -290,15 +291,22 @@ def lock_for_migration(conn: SAConnection) -> None:
 
 # Query words go through the index's tokenizer, so they are looked up as the index
 # stores them (stemmed, accents dropped).
-# Per connection, in its temp schema: the index's postings (term, chunk, position), and
-# a scratch index that stems the query's words.
+# Per connection, in its temp schema: the index's postings (term, chunk, position) and
+# words (term, chunks holding it), and a scratch index that stems the query's words.
 _VOCABULARY = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_postings "
     "USING fts5vocab(main, chunks_terms, instance)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_index_words "
+    "USING fts5vocab(main, chunks_terms, row)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_query_words "
     f"USING fts5(word, tokenize='{TOKENIZER}')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_query_terms "
     "USING fts5vocab(temp, kb_query_words, row)",
+    # Candidates of ranked_from_the_rarest, indexed again, and their postings.
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_rescored "
+    f"USING fts5(terms, tokenize='{TOKENIZER}')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_rescored_postings "
+    "USING fts5vocab(temp, kb_rescored, instance)",
 )
 
 
@@ -322,12 +330,36 @@ def lexical_ranking(
 # A window that keeps too few published chunks grows until it holds every match.
 WINDOW_PER_RESULT = 4
 WINDOW_GROWTH = 4
+# bm25() scores every chunk that holds any of the question's words, about 2 µs each:
+# 0.36 s p50 at 986k chunks, where an English question's words are in 50,000 chunks
+# (median) and up to 500,000. Past this many (the words' chunks, summed), the words
+# choose candidates and only those are scored (ranked_from_the_rarest) ...
+EXACT_POSTINGS = 20_000
+# ... from the words in at most this many chunks (the rarest word at least): listing a
+# word's chunks costs about a tenth of scoring them, and in 986k chunks leaving out
+# the words in more changed hit@3 by 0.01 or less (benchmarks/README.md) ...
+COMMON_CHUNKS = 50_000
+# ... this many per result sought, and as many chunks holding every word.
+RESCORED_PER_RESULT = 2
 
 
 def ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
-    """FTS5's bm25(), whose statistics cover the whole index: the best `limit`
-    published chunks (with every phrase) of the index's best matches, in the order of
-    (score, id) that a ranking of every match gives."""
+    """The best `limit` published chunks (with every phrase) by the index's BM25,
+    whose statistics cover the whole index: FTS5's own bm25() over every match when
+    the question's words hold at most EXACT_POSTINGS chunks, else ranked_from_the_rarest."""
+    stems = _stems(conn, terms)
+    if not stems:
+        return []
+    frequency = _chunks_holding(conn, stems)
+    if sum(frequency.values()) <= EXACT_POSTINGS:
+        return ranked_by_bm25(conn, terms, phrases, limit)
+    return ranked_from_the_rarest(conn, frequency, phrases, limit)
+
+
+def ranked_by_bm25(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
+    """FTS5's bm25() of every match: the best `limit` published chunks (with every
+    phrase) of the index's best matches, in the order of (score, id) that a ranking of
+    every match gives."""
     params: dict[str, object] = {"match": _any_of(terms), "limit": limit}
     filters = candidate_filters(phrases, "", params, caseless_like)
     sql = f"""
@@ -351,6 +383,143 @@ def ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) 
         if len(rows) >= limit or _matches(conn, params["match"], window) < window:
             return rows  # enough, or the window held every match
         window *= WINDOW_GROWTH
+
+
+def ranked_from_the_rarest(
+    conn, frequency: dict[str, int], phrases: list[str], limit: int
+) -> list[Scored]:
+    """BM25 with the index's own statistics, as bm25() computes it, of candidates the
+    words choose: the chunks whose words in at most COMMON_CHUNKS chunks weigh most
+    together (each word's IDF once, however often it occurs), and the first chunks
+    holding every word. Each candidate is scored on every word from its own text,
+    indexed again in a scratch table of this connection. A chunk whose score comes
+    from common words, or from a word repeated, may be missed: the price of not
+    scoring every match (benchmarks/README.md, "A company-sized knowledge base")."""
+    chunks, mean_length = _index_totals(conn)
+    corpus = Corpus(chunks, mean_length, frequency)
+    rarest_first = sorted(frequency, key=lambda stem: (frequency[stem], stem))
+    choosing = rarest_first[:1] + [
+        stem for stem in rarest_first[1:] if frequency[stem] <= COMMON_CHUNKS
+    ]
+    weighing = _weighing_most(conn, {stem: idf(chunks, frequency[stem]) for stem in choosing})
+    window = RESCORED_PER_RESULT * max(limit, 1)
+    while True:
+        candidates = set(weighing[:window]) | _holding_all(conn, rarest_first, window)
+        scores = _rescored(conn, candidates, corpus)
+        kept = _published(conn, list(scores), phrases)
+        found = best_scored({chunk: scores[chunk] for chunk in kept}, limit)
+        if len(found) >= limit or len(candidates) < window:
+            return found
+        window *= WINDOW_GROWTH
+
+
+def _weighing_most(conn, weights: dict[str, float]) -> list[int]:
+    """Every chunk holding any of the words, heaviest first by the sum of the weights
+    of the words it holds: each word's chunks listed by the index (group_concat, a
+    tenth of a microsecond a chunk), summed by numpy."""
+    import numpy as np
+
+    lists, weighed = [], []
+    for stem, weight in weights.items():
+        listed = conn.execute(
+            "SELECT group_concat(rowid) FROM chunks_terms WHERE chunks_terms MATCH :m",
+            {"m": _any_of([stem])},
+        ).scalar()
+        if listed:
+            lists.append(np.fromstring(listed, dtype=np.int64, sep=","))
+            weighed.append(np.full(len(lists[-1]), weight))
+    if not lists:
+        return []
+    # Each list is in id order: a stable sort (timsort) merges them as runs.
+    merged = np.argsort(np.concatenate(lists), kind="stable")
+    ids, held = np.concatenate(lists)[merged], np.concatenate(weighed)[merged]
+    firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    order = np.argsort(-np.add.reduceat(held, firsts), kind="stable")
+    ranked: list[int] = ids[firsts][order].tolist()
+    return ranked
+
+
+def _chunks_holding(conn, stems: list[str]) -> dict[str, int]:
+    """How many chunks hold each word, from the index's vocabulary (it reads each
+    word's list of chunks, about ten times faster than bm25() scores them)."""
+    params = {f"t{i}": stem for i, stem in enumerate(stems)}
+    placeholders = ", ".join(":" + name for name in params)
+    sql = f"SELECT term, doc FROM temp.kb_index_words WHERE term IN ({placeholders})"
+    held = dict(conn.execute(sql, params).all())
+    return {stem: int(held.get(stem, 0)) for stem in stems}
+
+
+def _index_totals(conn) -> tuple[int, float]:
+    """(chunks, mean length in words) of the whole index, as bm25() reads them: FTS5's
+    averages record (row 1 of its data table), the chunk count then each column's
+    token count, as SQLite varints."""
+    block = conn.execute("SELECT block FROM chunks_terms_data WHERE id = 1").scalar()
+    values = _varints(block or b"")
+    chunks, tokens = [*values, 0, 0][:2]
+    return chunks, max(tokens / chunks, 1.0) if chunks else 1.0
+
+
+def _varints(data: bytes) -> list[int]:
+    """SQLite's variable-length integers: 7 bits a byte, high bit set while more
+    follow, the ninth byte whole."""
+    values, at = [], 0
+    while at < len(data):
+        value = 0
+        for position in range(9):
+            byte = data[at]
+            at += 1
+            if position == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                break
+        values.append(value)
+    return values
+
+
+def _holding_all(conn, stems: list[str], window: int) -> set[int]:
+    """The first `window` chunks holding every word."""
+    match = " AND ".join('"' + stem.replace('"', '""') + '"' for stem in stems)
+    sql = "SELECT rowid FROM chunks_terms WHERE chunks_terms MATCH :m LIMIT :n"
+    return set(conn.execute(sql, {"m": match, "n": window}).scalars())
+
+
+def _rescored(conn, candidates: set[int], corpus: Corpus) -> dict[int, float]:
+    """BM25 of each candidate on every word, from its own text indexed again with the
+    index's tokenizer (term frequencies and lengths as the index counts them)."""
+    ids = json.dumps(sorted(candidates))
+    conn.execute("DELETE FROM temp.kb_rescored")
+    conn.execute(
+        "INSERT INTO temp.kb_rescored (rowid, terms) "
+        "SELECT id, terms FROM chunks WHERE id IN (SELECT value FROM json_each(:ids))",
+        {"ids": ids},
+    )
+    stems = list(corpus.frequency)
+    params = {f"t{i}": stem for i, stem in enumerate(stems)}
+    placeholders = ", ".join(":" + name for name in params)
+    lengths = {
+        row[0]: _varints(row[1])[0]
+        for row in conn.execute("SELECT id, sz FROM temp.kb_rescored_docsize", {})
+    }
+    postings = conn.execute(
+        f"SELECT doc, term, count(*) FROM temp.kb_rescored_postings "
+        f"WHERE term IN ({placeholders}) GROUP BY doc, term",
+        params,
+    )
+    return bm25(corpus, ((doc, term, tf, lengths[doc]) for doc, term, tf in postings))
+
+
+def _published(conn, candidates: list[int], phrases: list[str]) -> list[int]:
+    """The candidates of published revisions that hold every phrase."""
+    params: dict[str, object] = {"ids": json.dumps(candidates)}
+    filters = candidate_filters(phrases, "", params, caseless_like)
+    sql = f"""
+        SELECT c.id FROM chunks AS c
+        JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
+        WHERE c.id IN (SELECT value FROM json_each(:ids)){filters}
+    """
+    return list(conn.execute(sql, params).scalars())
 
 
 def _matches(conn, match: object, most: int) -> int:

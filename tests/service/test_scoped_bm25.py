@@ -62,9 +62,14 @@ def test_a_term_in_most_chunks_keeps_a_tiny_positive_weight():
 
 
 @sqlite_only
-def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(invoke, kb, tmp_path):
+@pytest.mark.parametrize("postings", [sqlite.EXACT_POSTINGS, 0], ids=["bm25", "rarest"])
+def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(
+    invoke, kb, tmp_path, monkeypatch, postings
+):
     """More unpublished chunks outrank the published one than the first window holds
-    (WINDOW_PER_RESULT per result): the window grows until it finds it."""
+    (WINDOW_PER_RESULT per result; RESCORED_PER_RESULT from the rarest words): the
+    window grows until it finds it, on either path."""
+    monkeypatch.setattr(sqlite, "EXACT_POSTINGS", postings)
     drafts = sqlite.WINDOW_PER_RESULT * sqlite.WINDOW_GROWTH + 3
     for i in range(drafts):
         (tmp_path / f"draft{i}.txt").write_text(f"Invoices invoices invoices, draft {i}.")
@@ -89,3 +94,65 @@ def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(invoke, kb
     assert [chunk for chunk, _score in ranked] == [published_id]
     with kb.db.read() as conn:  # a phrase no chunk holds: every match looked at, none kept
         assert sqlite.ranked_by_the_index(conn, ["invoices"], ["no such phrase"], 1) == []
+
+
+def _published_corpus(invoke, tmp_path) -> None:
+    for i, text in enumerate(CHUNK_TEXTS):
+        (tmp_path / f"doc{i}.txt").write_text(text)
+    names = [str(tmp_path / f"doc{i}.txt") for i in range(len(CHUNK_TEXTS))]
+    assert invoke("upload", *names, "--submit").code == 0
+    assert invoke("work", "--drain").code == 0
+    assert invoke("publish", "--all-reviewed").code == 0
+
+
+@sqlite_only
+def test_the_rarest_words_rank_their_candidates_with_bm25s_own_numbers(
+    invoke, kb, tmp_path, monkeypatch
+):
+    """Past EXACT_POSTINGS the candidates come from the words in at most COMMON_CHUNKS
+    chunks (here: in one, so the rarest word alone) and the chunks holding every word;
+    each is scored on every word with the index's statistics, so it has the score
+    bm25() gives it, and only chunks without the rare words can be missed."""
+    _published_corpus(invoke, tmp_path)
+    monkeypatch.setattr(sqlite, "EXACT_POSTINGS", 0)
+    monkeypatch.setattr(sqlite, "COMMON_CHUNKS", 1)
+    terms = ["invoices", "retention", "policy", "travel"]
+    with kb.db.read() as conn:
+        rarest = sqlite.ranked_by_the_index(conn, terms, [], 10)
+        exact = sqlite.ranked_by_bm25(conn, terms, [], 10)
+        holding_travel = set(
+            conn.execute(
+                "SELECT rowid FROM chunks_terms WHERE chunks_terms MATCH 'travel'"
+            ).scalars()
+        )
+    assert rarest == sorted(rarest, key=lambda hit: (-hit[1], hit[0]))
+    exact_scores = dict(exact)
+    for chunk, score in rarest:
+        assert score == pytest.approx(exact_scores[chunk], rel=1e-9)
+    missed = set(exact_scores) - {chunk for chunk, _ in rarest}
+    assert missed and not missed & holding_travel  # travel: in one chunk, the rarest
+
+
+@sqlite_only
+def test_when_no_word_is_common_the_rarest_words_rank_as_bm25_does(
+    invoke, kb, tmp_path, monkeypatch
+):
+    _published_corpus(invoke, tmp_path)
+    monkeypatch.setattr(sqlite, "EXACT_POSTINGS", 0)
+    terms = ["invoices", "retention", "policy", "travel", "plants"]
+    with kb.db.read() as conn:
+        rarest = sqlite.ranked_by_the_index(conn, terms, [], 10)
+        exact = sqlite.ranked_by_bm25(conn, terms, [], 10)
+    assert len(exact) == len(CHUNK_TEXTS)  # every chunk holds one of the words
+    assert [chunk for chunk, _ in rarest] == [chunk for chunk, _ in exact]
+    assert [score for _, score in rarest] == pytest.approx([score for _, score in exact])
+
+
+@sqlite_only
+def test_the_index_totals_are_the_chunks_and_their_mean_length(invoke, kb, tmp_path):
+    _published_corpus(invoke, tmp_path)
+    with kb.db.read() as conn:
+        chunks, mean_length = sqlite._index_totals(conn)
+        counted, tokens = conn.execute("SELECT count(*), sum(term_count) FROM chunks").first()
+    assert chunks == counted == len(CHUNK_TEXTS)
+    assert mean_length == pytest.approx(tokens / counted)
