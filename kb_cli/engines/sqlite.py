@@ -3,7 +3,7 @@
 A writer takes the lock up front, where the busy timeout applies, instead of failing
 when a deferred transaction tries to upgrade its read lock. Lexical search uses an
 FTS5 index of the chunks' `terms`, kept in step with `chunks` by triggers, ranked by
-FTS5's own BM25.
+FTS5's own BM25 (over candidates the words choose, in a large base).
 """
 
 from __future__ import annotations
