@@ -24,6 +24,7 @@ from kb_cli.ranking import Corpus, Scored, best_scored, bm25, idf
 from kb_cli.textsearch import TOKENIZER
 
 if TYPE_CHECKING:
+    import numpy as np
     from sqlalchemy import Connection as SAConnection
     from sqlalchemy import Engine
 
@@ -341,6 +342,9 @@ EXACT_POSTINGS = 20_000
 COMMON_CHUNKS = 50_000
 # ... this many per result sought, and as many chunks holding every word.
 RESCORED_PER_RESULT = 2
+# In a narrower scope (ranked_in_scope), while the scope's chunks holding any word are
+# at most this many, every one is scored (about 60 µs each).
+RESCORED_ALL = 2_000
 
 
 def ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
@@ -389,22 +393,24 @@ def ranked_from_the_rarest(
     conn, frequency: dict[str, int], phrases: list[str], limit: int
 ) -> list[Scored]:
     """BM25 with the index's own statistics, as bm25() computes it, of candidates the
-    words choose: the chunks whose words in at most COMMON_CHUNKS chunks weigh most
-    together (each word's IDF once, however often it occurs), and the first chunks
+    words choose: the chunks whose words in at most COMMON_CHUNKS chunks (and more
+    common ones while those hold too few, _choosing) weigh most together (each word's
+    IDF once, however often it occurs), and the first chunks
     holding every word. Each candidate is scored on every word from its own text,
     indexed again in a scratch table of this connection. A chunk whose score comes
     from common words, or from a word repeated, may be missed: the price of not
     scoring every match (benchmarks/README.md, "A company-sized knowledge base")."""
     chunks, mean_length = _index_totals(conn)
     corpus = Corpus(chunks, mean_length, frequency)
-    rarest_first = sorted(frequency, key=lambda stem: (frequency[stem], stem))
-    choosing = rarest_first[:1] + [
-        stem for stem in rarest_first[1:] if frequency[stem] <= COMMON_CHUNKS
-    ]
-    weighing = _weighing_most(conn, {stem: idf(chunks, frequency[stem]) for stem in choosing})
     window = RESCORED_PER_RESULT * max(limit, 1)
+    weighing = _weighed(
+        {
+            stem: (_listed(conn, stem), idf(chunks, frequency[stem]))
+            for stem in _choosing(frequency, window)
+        }
+    )
     while True:
-        candidates = set(weighing[:window]) | _holding_all(conn, rarest_first, window)
+        candidates = set(weighing[:window]) | _holding_all(conn, list(frequency), window)
         scores = _rescored(conn, candidates, corpus)
         kept = _published(conn, list(scores), phrases)
         found = best_scored({chunk: scores[chunk] for chunk in kept}, limit)
@@ -413,30 +419,67 @@ def ranked_from_the_rarest(
         window *= WINDOW_GROWTH
 
 
-def _weighing_most(conn, weights: dict[str, float]) -> list[int]:
-    """Every chunk holding any of the words, heaviest first by the sum of the weights
-    of the words it holds: each word's chunks listed by the index (group_concat, a
-    tenth of a microsecond a chunk), summed by numpy."""
+def _choosing(frequency: dict[str, int], enough: int) -> list[str]:
+    """The words that choose candidates: those in at most COMMON_CHUNKS chunks, and
+    more common ones, rarest first, while the words chosen hold fewer than `enough`
+    chunks (so that a rare word found in three chunks does not leave a question with
+    three answers)."""
+    chosen: list[str] = []
+    for stem in sorted(frequency, key=lambda stem: (frequency[stem], stem)):
+        if frequency[stem] <= COMMON_CHUNKS or sum(frequency[s] for s in chosen) < enough:
+            chosen.append(stem)
+    return chosen
+
+
+def _listed(conn, stem: str) -> np.ndarray:
+    """The ids of the chunks holding the word, ascending, as the index lists them
+    (group_concat: about a tenth of a microsecond a chunk)."""
     import numpy as np
 
-    lists, weighed = [], []
-    for stem, weight in weights.items():
-        listed = conn.execute(
-            "SELECT group_concat(rowid) FROM chunks_terms WHERE chunks_terms MATCH :m",
-            {"m": _any_of([stem])},
-        ).scalar()
-        if listed:
-            lists.append(np.fromstring(listed, dtype=np.int64, sep=","))
-            weighed.append(np.full(len(lists[-1]), weight))
-    if not lists:
+    listed = conn.execute(
+        "SELECT group_concat(rowid) FROM chunks_terms WHERE chunks_terms MATCH :m",
+        {"m": _any_of([stem])},
+    ).scalar()
+    return np.fromstring(listed or "", dtype=np.int64, sep=",")
+
+
+def _weighed(lists: dict[str, tuple[np.ndarray, float]]) -> list[int]:
+    """Every chunk in the words' lists, heaviest first by the sum of the weights of
+    the words it holds (ties by id)."""
+    import numpy as np
+
+    held = [(ids, np.full(len(ids), weight)) for ids, weight in lists.values() if len(ids)]
+    if not held:
         return []
     # Each list is in id order: a stable sort (timsort) merges them as runs.
-    merged = np.argsort(np.concatenate(lists), kind="stable")
-    ids, held = np.concatenate(lists)[merged], np.concatenate(weighed)[merged]
+    merged = np.argsort(np.concatenate([ids for ids, _ in held]), kind="stable")
+    ids = np.concatenate([ids for ids, _ in held])[merged]
+    weights = np.concatenate([weights for _, weights in held])[merged]
     firsts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-    order = np.argsort(-np.add.reduceat(held, firsts), kind="stable")
+    order = np.argsort(-np.add.reduceat(weights, firsts), kind="stable")
     ranked: list[int] = ids[firsts][order].tolist()
     return ranked
+
+
+def _few(lists: list[np.ndarray], most: int) -> list[int] | None:
+    """The ids in any of the lists when they are at most `most`, else None (found
+    without merging a list longer than that)."""
+    import numpy as np
+
+    if not lists or max(map(len, lists)) > most:
+        return None if lists else []
+    union: list[int] = np.unique(np.concatenate(lists)).tolist()
+    return union if len(union) <= most else None
+
+
+def _holding_every(lists: list[np.ndarray]) -> list[int]:
+    """The ids in every list, ascending."""
+    import numpy as np
+
+    common = lists[0]
+    for ids in lists[1:]:
+        common = np.intersect1d(common, ids, assume_unique=True)
+    return list(common.tolist())
 
 
 def _chunks_holding(conn, stems: list[str]) -> dict[str, int]:
@@ -510,10 +553,12 @@ def _rescored(conn, candidates: set[int], corpus: Corpus) -> dict[int, float]:
     return bm25(corpus, ((doc, term, tf, lengths[doc]) for doc, term, tf in postings))
 
 
-def _published(conn, candidates: list[int], phrases: list[str]) -> list[int]:
-    """The candidates of published revisions that hold every phrase."""
-    params: dict[str, object] = {"ids": json.dumps(candidates)}
-    filters = candidate_filters(phrases, "", params, caseless_like)
+def _published(
+    conn, candidates: list[int], phrases: list[str], scope: str = "", scope_params=None
+) -> list[int]:
+    """The candidates of published revisions (in `scope`) that hold every phrase."""
+    params: dict[str, object] = {"ids": json.dumps(candidates), **(scope_params or {})}
+    filters = candidate_filters(phrases, scope, params, caseless_like)
     sql = f"""
         SELECT c.id FROM chunks AS c
         JOIN documents AS d ON d.id = c.document_id AND c.revision = d.published_revision
@@ -536,12 +581,93 @@ def _any_of(terms: list[str]) -> str:
 def ranked_in_scope(
     conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict[str, Any]
 ) -> list[Scored]:
-    """ranking.bm25 over the index's postings of the chunks in `scope` only; about 4
-    times slower than bm25() (benchmark case 7), so only when some base is out of
-    scope."""
+    """ranking.bm25 of the published chunks in `scope` with the statistics of `scope`
+    only (when some base is out of it): the scope's chunks, mean length and chunks
+    holding each word, from its revisions' runs of chunk ids (chunk_runs, migration
+    0016) and the index's list of each word's chunks. While the scope's chunks holding
+    any word are at most RESCORED_ALL, every one is scored; past it, candidates as in
+    ranked_from_the_rarest, chosen from the scope's chunks alone, so that nothing
+    outside the scope changes a score or which chunks are scored. From the postings
+    (ranked_from_postings) when a run is not consecutive."""
     stems = _stems(conn, terms)
     if not stems:
         return []
+    runs = ScopeRuns.of(conn, scope, scope_params)
+    if runs is None:
+        return ranked_from_postings(conn, stems, phrases, limit, scope, scope_params)
+    held = {stem: runs.among(_listed(conn, stem)) for stem in stems}
+    frequency = {stem: len(ids) for stem, ids in held.items()}
+    corpus = Corpus(runs.chunks, runs.mean_length, frequency)
+    matching = _few(list(held.values()), RESCORED_ALL)
+    if matching is not None:
+        scores = _rescored(conn, set(matching), corpus)
+        kept = _published(conn, list(scores), phrases, scope, scope_params)
+        return best_scored({chunk: scores[chunk] for chunk in kept}, limit)
+    window = RESCORED_PER_RESULT * max(limit, 1)
+    weighing = _weighed(
+        {
+            stem: (held[stem], idf(runs.chunks, frequency[stem]))
+            for stem in _choosing(frequency, window)
+        }
+    )
+    every_word = _holding_every(list(held.values()))
+    while True:
+        candidates = set(weighing[:window]) | set(every_word[:window])
+        scores = _rescored(conn, candidates, corpus)
+        kept = _published(conn, list(scores), phrases, scope, scope_params)
+        found = best_scored({chunk: scores[chunk] for chunk in kept}, limit)
+        if len(found) >= limit or window >= max(len(weighing), len(every_word)):
+            return found
+        window *= WINDOW_GROWTH
+
+
+class ScopeRuns:
+    """The runs of chunk ids of a scope's revisions, in id order, and their totals."""
+
+    def __init__(self, firsts: np.ndarray, lasts: np.ndarray, chunks: int, words: int) -> None:
+        order = firsts.argsort(kind="stable")
+        self.firsts, self.lasts = firsts[order], lasts[order]
+        self.chunks = chunks
+        self.mean_length = words / chunks if chunks else 0.0
+
+    @classmethod
+    def of(cls, conn, scope: str, scope_params: dict[str, Any]) -> ScopeRuns | None:
+        """The scope's runs; None when one of them is not consecutive (it holds ids of
+        other chunks). One row back, the ids as text: a large base has a run per
+        revision, 172,000 at 986k chunks, and a row each took 0.4 s."""
+        import numpy as np
+
+        firsts, lasts, chunks, words, gaps = conn.execute(
+            "SELECT group_concat(r.first_id), group_concat(r.last_id), coalesce(sum(r.chunks), 0),"
+            " coalesce(sum(r.words), 0), coalesce(sum(r.last_id - r.first_id + 1 != r.chunks), 0)"
+            f" FROM chunk_runs AS r JOIN documents AS d ON d.id = r.document_id WHERE {scope}",
+            scope_params,
+        ).first()
+        if gaps:
+            return None
+
+        def ids(text: str | None) -> np.ndarray:
+            return np.fromstring(text or "", dtype=np.int64, sep=",")
+
+        return cls(ids(firsts), ids(lasts), int(chunks), int(words))
+
+    def among(self, ids: np.ndarray) -> np.ndarray:
+        """The ids (ascending) that fall in one of the runs."""
+        import numpy as np
+
+        if not len(self.firsts) or not len(ids):
+            return ids[:0]
+        run = np.searchsorted(self.firsts, ids, side="right") - 1
+        inside = (run >= 0) & (ids <= self.lasts[np.maximum(run, 0)])
+        return ids[inside]
+
+
+def ranked_from_postings(
+    conn, stems: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict[str, Any]
+) -> list[Scored]:
+    """ranking.bm25 over the index's postings of every chunk in `scope` holding a
+    word: about 4 times slower than bm25() (benchmark case 7), and seconds for common
+    words in a large base."""
     params: dict[str, object] = {f"t{i}": stem for i, stem in enumerate(stems)}
     placeholders = ", ".join(":" + name for name in params)
     wanted = candidate_filters(phrases, "", params, caseless_like)

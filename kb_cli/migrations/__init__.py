@@ -29,6 +29,7 @@ REVISIONS = (
     "0013_pgvector",
     "0014_pending_objects",
     "0015_lexical_index",
+    "0016_chunk_runs",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

@@ -29,6 +29,13 @@ def test_a_first_revision_database_is_upgraded():
     # Each document's newest revision gets the row naming its file (0011).
     files = db_rows("SELECT revision, filename, content_type FROM document_revisions")
     assert files == [{"revision": 1, "filename": "old.txt", "content_type": "text/plain"}]
+    if not ON_POSTGRES:  # each revision's run of chunk ids, chunks and words (0016)
+        runs = db_rows("SELECT first_id, last_id, chunks, words FROM chunk_runs")
+        counted = db_rows(
+            "SELECT min(id) AS first_id, max(id) AS last_id, count(*) AS chunks, "
+            "sum(term_count) AS words FROM chunks"
+        )
+        assert runs == counted and runs[0]["words"] > 0
     with database.read() as conn:
         assert database.schema_version(conn) == migrations.HEAD
     again = run_in_process("db", "upgrade", "--json")

@@ -110,9 +110,9 @@ def test_the_rarest_words_rank_their_candidates_with_bm25s_own_numbers(
     invoke, kb, tmp_path, monkeypatch
 ):
     """Past EXACT_POSTINGS the candidates come from the words in at most COMMON_CHUNKS
-    chunks (here: in one, so the rarest word alone) and the chunks holding every word;
-    each is scored on every word with the index's statistics, so it has the score
-    bm25() gives it, and only chunks without the rare words can be missed."""
+    chunks (here: in one, so the rarest word, and more while too few are chosen) and
+    the chunks holding every word; each is scored on every word with the index's
+    statistics, so it has the score bm25() gives it."""
     _published_corpus(invoke, tmp_path)
     monkeypatch.setattr(sqlite, "EXACT_POSTINGS", 0)
     monkeypatch.setattr(sqlite, "COMMON_CHUNKS", 1)
@@ -129,8 +129,15 @@ def test_the_rarest_words_rank_their_candidates_with_bm25s_own_numbers(
     exact_scores = dict(exact)
     for chunk, score in rarest:
         assert score == pytest.approx(exact_scores[chunk], rel=1e-9)
-    missed = set(exact_scores) - {chunk for chunk, _ in rarest}
-    assert missed and not missed & holding_travel  # travel: in one chunk, the rarest
+    assert holding_travel <= {chunk for chunk, _ in rarest}  # travel: the rarest word
+
+
+def test_rare_words_choose_and_common_ones_join_while_too_few_chunks_are_chosen(monkeypatch):
+    monkeypatch.setattr(sqlite, "COMMON_CHUNKS", 100)
+    frequency = {"flask": 3, "session": 90, "error": 5_000, "set": 9_000, "type": 8_000}
+    assert sqlite._choosing(frequency, enough=50) == ["flask", "session"]
+    assert sqlite._choosing(frequency, enough=200) == ["flask", "session", "error"]
+    assert sqlite._choosing({"set": 9_000, "type": 8_000}, enough=1) == ["type"]
 
 
 @sqlite_only
@@ -156,3 +163,117 @@ def test_the_index_totals_are_the_chunks_and_their_mean_length(invoke, kb, tmp_p
         counted, tokens = conn.execute("SELECT count(*), sum(term_count) FROM chunks").first()
     assert chunks == counted == len(CHUNK_TEXTS)
     assert mean_length == pytest.approx(tokens / counted)
+
+
+_RUNS = (
+    "SELECT document_id, revision, min(id), max(id), count(*), sum(term_count) FROM chunks "
+    "GROUP BY 1, 2 ORDER BY 1, 2"
+)
+
+
+def _runs(conn) -> list[tuple]:
+    sql = "SELECT document_id, revision, first_id, last_id, chunks, words FROM chunk_runs"
+    return [tuple(row) for row in conn.execute(sql + " ORDER BY 1, 2").all()]
+
+
+@sqlite_only
+def test_each_revisions_run_of_chunk_ids_follows_its_chunks(invoke, kb, tmp_path):
+    """chunk_runs (a scope's chunks, size and mean length) stays what counting the
+    chunks gives through new documents, a new revision and a deletion."""
+    _published_corpus(invoke, tmp_path)
+    (tmp_path / "new.txt").write_text("A second revision, with other words: " * 40)
+    first = invoke("status", "--json").records[-1]["document_id"]
+    assert invoke("upload", str(tmp_path / "new.txt"), "--replace", first).code == 0
+    assert invoke("submit", first).code == 0
+    assert invoke("work", "--drain").code == 0
+    second = invoke("status", "--json").records[0]["document_id"]
+    assert invoke("delete", second, "--yes").code == 0
+    with kb.db.read() as conn:
+        runs = _runs(conn)
+        assert runs == [tuple(row) for row in conn.execute(_RUNS).all()]
+    assert len({run[0] for run in runs}) == len(CHUNK_TEXTS) - 1
+    assert all(last - first + 1 == chunks for _d, _r, first, last, chunks, _w in runs)
+
+
+def _bases_corpus(invoke, tmp_path) -> None:
+    """Two bases with the same kind of text, both published."""
+    for base in ("finance", "travel"):
+        assert invoke("base", "create", base).code == 0
+        names = []
+        for i, text in enumerate(CHUNK_TEXTS * 3):
+            path = tmp_path / f"{base}{i}.txt"
+            path.write_text(f"{text} ({base} copy {i}, {'extra words ' * i})")
+            names.append(str(path))
+        assert invoke("upload", *names, "--base", base, "--submit").code == 0
+    assert invoke("work", "--drain").code == 0
+    assert invoke("publish", "--all-reviewed").code == 0
+
+
+QUESTION = ["invoices", "retention", "policy", "travel", "finance"]
+SCOPE = ("d.base = :b", {"b": "finance"})
+
+
+@sqlite_only
+def test_in_a_scope_every_match_is_scored_with_the_scopes_statistics(invoke, kb, tmp_path):
+    """Few matches in the scope: every one is scored, exactly as the postings give it."""
+    _bases_corpus(invoke, tmp_path)
+    with kb.db.read() as conn:
+        runs = sqlite.ranked_in_scope(conn, QUESTION, [], 50, *SCOPE)
+        postings = sqlite.ranked_from_postings(conn, sqlite._stems(conn, QUESTION), [], 50, *SCOPE)
+        finance = set(
+            conn.execute(
+                "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE d.base = 'finance'"
+            ).scalars()
+        )
+    assert len(runs) > 10 and {chunk for chunk, _ in runs} <= finance
+    assert [chunk for chunk, _ in runs] == [chunk for chunk, _ in postings]
+    assert [score for _, score in runs] == pytest.approx([score for _, score in postings])
+
+
+@sqlite_only
+def test_in_a_scope_the_scopes_own_words_choose_the_candidates(invoke, kb, tmp_path, monkeypatch):
+    """Past RESCORED_ALL, candidates come from the scope's chunks of its rarer words:
+    each keeps the score the full ranking gives it, none is outside the scope, and
+    the other base's chunks change nothing (scored alone in its own home, the same)."""
+    _bases_corpus(invoke, tmp_path)
+    monkeypatch.setattr(sqlite, "RESCORED_ALL", 0)
+    monkeypatch.setattr(sqlite, "COMMON_CHUNKS", 3)
+    with kb.db.read() as conn:
+        stems = sqlite._stems(conn, QUESTION)
+        chosen = sqlite.ranked_in_scope(conn, QUESTION, [], 5, *SCOPE)
+        full = dict(sqlite.ranked_from_postings(conn, stems, [], 1000, *SCOPE))
+    assert len(chosen) == 5
+    for chunk, score in chosen:
+        assert score == pytest.approx(full[chunk])
+    with kb.db.write() as conn:  # the other base's chunks gone: the same ranking
+        conn.execute(
+            "DELETE FROM chunks WHERE document_id IN "
+            "(SELECT id FROM documents WHERE base = 'travel')"
+        )
+    with kb.db.read() as conn:
+        assert sqlite.ranked_in_scope(conn, QUESTION, [], 5, *SCOPE) == chosen
+
+
+@sqlite_only
+def test_a_run_with_a_gap_sends_the_scope_to_the_postings(invoke, kb, tmp_path):
+    _bases_corpus(invoke, tmp_path)
+    long = tmp_path / "long.txt"
+    long.write_text("\n\n".join(f"Paragraph {i} on the travel policy. " * 30 for i in range(12)))
+    assert invoke("upload", str(long), "--base", "finance", "--submit").code == 0
+    assert invoke("work", "--drain").code == 0
+    with kb.db.write() as conn:  # a chunk out of the middle of a run
+        assert conn.execute("SELECT max(last_id - first_id) FROM chunk_runs").scalar() >= 2
+        conn.execute(
+            "DELETE FROM chunks WHERE id = (SELECT first_id + 1 FROM chunk_runs "
+            "WHERE last_id - first_id >= 2 LIMIT 1)"
+        )
+    with kb.db.read() as conn:
+        assert sqlite.ScopeRuns.of(conn, "d.base = 'travel'", {}) is not None
+        everything = sqlite.ScopeRuns.of(conn, "1 = 1", {})
+        ranked = sqlite.ranked_in_scope(conn, QUESTION, [], 10, "1 = 1", {})
+        postings = sqlite.ranked_from_postings(
+            conn, sqlite._stems(conn, QUESTION), [], 10, "1 = 1", {}
+        )
+    assert everything is None
+    assert ranked == postings
