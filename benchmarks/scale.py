@@ -579,7 +579,11 @@ def measure_home(engine: str, size: str, url: str | None, args, manifest: dict) 
         "built": manifest["built"],
         # First: what search is timed with is the index as a worker leaves it.
         "index_build_seconds": (
-            index_build_seconds(env) if url is None else pg_home.hnsw_build_seconds(url)
+            None
+            if args.skip_index_build
+            else index_build_seconds(env)
+            if url is None
+            else pg_home.hnsw_build_seconds(url)
         ),
     }
     log(f"{engine}-{size}: search in process")
@@ -718,6 +722,9 @@ def main() -> None:
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-ingestion", action="store_true")
     parser.add_argument("--skip-lifecycle", action="store_true")
+    parser.add_argument(
+        "--skip-index-build", action="store_true", help="search the index as it is (n/a)"
+    )
     parser.add_argument(
         "--build-only", action="store_true", help="build the homes, measure nothing"
     )
