@@ -47,7 +47,9 @@ def test_a_disabled_users_running_worker_releases_its_task_and_stops(tmp_path):
     as_admin = kb_env(KB_TOKEN=admin)
     robot = token_of(run_kb("user", "add", "robot", "--role", "worker", "--json", env=as_admin))
     path = tmp_path / "long.txt"
-    path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(10)))
+    # Long enough (its steps paced by --stage-delay) that the worker is still running
+    # when a loaded machine has run `status` and `user disable` as processes.
+    path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(40)))
     [task] = run_kb("upload", str(path), "--submit", "--json", env=as_admin).records
     args = ("work", "--stage-delay", "0.3", "--worker-id", "R", "--json")
     worker = start_kb(*args, env=kb_env(KB_TOKEN=robot))
@@ -101,7 +103,9 @@ def test_every_long_running_command_of_a_revoked_caller_stops(tmp_path, change):
     robot = token_of(run_kb("user", "add", "robot", "--role", "worker", "--json", env=as_admin))
     busy = token_of(run_kb("user", "add", "busy", "--role", "worker", "--json", env=as_admin))
     path = tmp_path / "long.txt"
-    path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(10)))
+    # Long enough (its steps paced by --stage-delay) that the worker is still running
+    # when a loaded machine has run `status` and `user disable` as processes.
+    path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(40)))
     [task] = run_kb("upload", str(path), "--submit", "--json", env=as_admin).records
     # A task kept running by another user's worker, for `status --wait` to wait on.
     slow = start_kb("work", "--stage-delay", "10", "--json", env=kb_env(KB_TOKEN=busy))
