@@ -43,16 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.scale import (
-    DATA,
-    ONE_THREAD,
-    _readable,
-    corpus_pages,
-    kb_env,
-    kb_run,
-    log,
-    published_chunks,
-)
+from benchmarks.homes import DATA, ONE_THREAD, kb_env, kb_run, log
+from benchmarks.scale import _readable, corpus_pages, published_chunks
 
 UPLOAD_BATCH = 500
 CLAIM_GROUP = 48  # documents claimed before they are handed to the parsing processes

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import PY
-from benchmarks.scale import DATA, database_url, home_of, kb_env, log
+from benchmarks.homes import DATA, database_url, home_of, kb_env, log
 from kb_cli.migrations import pgvector
 
 # SQLite's own: the FTS5 index and its shadow tables, the schema version of a SQLite home.

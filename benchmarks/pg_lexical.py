@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.scale import home_of, open_kb, percentiles, questions, spread
+from benchmarks.homes import home_of
+from benchmarks.scale import open_kb, percentiles, questions, spread
 
 # Words in most chunks of this text (stopwords such as "the" are no words at all).
 COMMON_ONLY = [
@@ -33,7 +34,7 @@ COMMON_ONLY = [
 def full_plan(conn, terms: list[str], limit: int, words: str) -> list[tuple[int, float]]:
     """The plan before migration 0015 (kb 2026-12-05), on `words`: every chunk that
     matches any word is scored; corpus and frequencies counted per question."""
-    from kb_cli.engines.postgresql import WORDS
+    from kb_cli.lexical.tsvector import WORDS
     from kb_cli.ranking import BM25_B, BM25_K1
 
     sql = f"""
@@ -76,7 +77,6 @@ def full_plan(conn, terms: list[str], limit: int, words: str) -> list[tuple[int,
 
 
 def main() -> None:
-    from kb_cli import queries
     from kb_cli.permissions import Scope
     from kb_cli.textsearch import parse_query
 
@@ -85,16 +85,16 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--depth", type=int, default=50, help="the ranking's length")
     parser.add_argument("--full", action="store_true", help="also time the full plan")
-    parser.add_argument("--candidates", type=int, help="postgresql.CANDIDATES for this run")
+    parser.add_argument("--candidates", type=int, help="tsvector.CANDIDATES for this run")
     parser.add_argument("--old", action="store_true", help="the schema before migration 0015")
     args = parser.parse_args()
     url = os.environ["KB_BENCH_POSTGRES_URL"].rsplit("/", 1)[0] + f"/kbscale_{args.size}"
     kb = open_kb(home_of("postgresql", args.size), url)
-    from kb_cli.engines import postgresql
+    from kb_cli.lexical import tsvector
 
     if args.candidates:
-        postgresql.CANDIDATES = args.candidates
-    words = postgresql.WORDS.format(text="c.terms") if args.old else "c.words"
+        tsvector.CANDIDATES = args.candidates
+    words = tsvector.WORDS.format(text="c.terms") if args.old else "c.words"
     asked = spread([q["question"] for _c, q in questions()], args.questions) + COMMON_ONLY
     everything, own = Scope(), Scope(reader="nobody")
     timed: dict[str, list[float]] = {"kb": [], "kb, one reader's bases": [], "full plan": []}
@@ -104,10 +104,10 @@ def main() -> None:
         with kb.db.read() as conn:
             started = time.perf_counter()
             if not args.old:
-                ranked = queries.lexical_ranking(conn, query.terms, [], args.depth, everything)
+                ranked = kb.lexical.ranking(conn, query.terms, [], args.depth, everything)
                 timed["kb"].append(time.perf_counter() - started)
                 started = time.perf_counter()
-                queries.lexical_ranking(conn, query.terms, [], args.depth, own)
+                kb.lexical.ranking(conn, query.terms, [], args.depth, own)
                 timed["kb, one reader's bases"].append(time.perf_counter() - started)
             if args.full or args.old:
                 started = time.perf_counter()

@@ -143,7 +143,8 @@ def bulk(server_url: str, megabytes: int, part: int, parts: int) -> None:
             for chunk, vector in zip(chunks, vectors, strict=True)
         ]
         with home.db.write() as conn:
-            queries.insert_chunks(conn, document_id, revision, task_id, rows)
+            beside = home.vectors.beside(conn, [row.embedding for row in rows])
+            queries.insert_chunks(conn, document_id, revision, task_id, rows, beside)
             conn.execute(
                 "UPDATE ingestion_tasks SET status = 'succeeded' WHERE id = :id", {"id": task_id}
             )
@@ -165,14 +166,13 @@ def percentiles(seconds: list[float]) -> str:
 def measure(server_url: str, ef_values: list[int], depth: int) -> None:
     import dataclasses
 
-    from kb_cli import queries
     from kb_cli.app import Kb
     from kb_cli.config import resolve_settings
     from kb_cli.migrations import pgvector
     from kb_cli.permissions import Scope
     from kb_cli.textsearch import parse_query
-    from kb_cli.vectors import ExactScan
     from kb_cli.vectors import pgvector as index
+    from kb_cli.vectors.stored import exact_nearest
 
     os.environ["DATABASE_URL"] = database_url(server_url)
     home = Kb.open(resolve_settings(), actor="bench", create=False)
@@ -214,8 +214,7 @@ def measure(server_url: str, ef_values: list[int], depth: int) -> None:
 
     everything = Scope()
     tenth = dataclasses.replace(Scope(), base=SMALL_BASE)
-    exact = ExactScan()
-    hnsw = index.PgVectorIndex(exact.nearest)
+    hnsw = index.PgVectorIndex()
 
     def run(nearest, scope: Scope) -> tuple[list[list[tuple[int, float]]], list[float]]:
         answers, seconds = [], []
@@ -228,7 +227,7 @@ def measure(server_url: str, ef_values: list[int], depth: int) -> None:
         return answers, seconds
 
     for label, scope in (("every base", everything), (f"base {SMALL_BASE} (10%)", tenth)):
-        truth, seconds = run(exact.nearest, scope)
+        truth, seconds = run(exact_nearest, scope)
         print(f"exact scan, {label}: {percentiles(seconds)}")
         for ef in ef_values:
             index.EF_SEARCH = ef
@@ -255,9 +254,9 @@ def measure(server_url: str, ef_values: list[int], depth: int) -> None:
         query = parse_query(question)
         with home.db.read() as conn:
             started = time.perf_counter()
-            queries.lexical_ranking(conn, query.terms, query.phrases, depth, everything)
+            home.lexical.ranking(conn, query.terms, query.phrases, depth, everything)
             seconds.append(time.perf_counter() - started)
-    print(f"BM25 (lexical_ranking), every base: {percentiles(seconds)}")
+    print(f"BM25 (kb.lexical), every base: {percentiles(seconds)}")
     with home.db.read() as conn:
         matching = conn.execute(
             "SELECT count(*) FROM chunks WHERE to_tsvector('kb_english', regexp_replace("

@@ -90,7 +90,7 @@ def first_ranks(kb, question: dict, config: dict) -> tuple[int | None, int | Non
     and of the first hit holding an answer (None: not in the first DEPTH, or no answer)."""
     from kb_cli.services.search import search
 
-    hits = search(kb, question["question"], limit=DEPTH, **config).hits
+    hits = search(kb, request(question["question"], config)).hits
     expected = set(question["expected"])
     page = next((rank for rank, hit in enumerate(hits, 1) if hit.filename in expected), None)
     answers = question.get("answer", [])
@@ -100,6 +100,17 @@ def first_ranks(kb, question: dict, config: dict) -> tuple[int | None, int | Non
         None,
     )
     return page, passage
+
+
+def request(text: str, config: dict):
+    """The search request of a configuration (CONFIGS) for a question."""
+    from kb_cli.ranking import SearchMode
+    from kb_cli.services.search import SearchRequest
+
+    mode = config.get("mode")
+    return SearchRequest(
+        text, DEPTH, SearchMode(mode) if mode else None, config.get("per_document", False)
+    )
 
 
 def folded(text: str) -> str:

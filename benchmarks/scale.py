@@ -42,10 +42,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import homes
 from benchmarks.harness import PY, env_for, peak_rss_of
+from benchmarks.homes import DATA, ONE_THREAD, database_url, home_of, kb_env, kb_run, log
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("KB_BENCH_SCALE_DATA", "/work/bench-data/scale"))
 # "corpora": the retrieval corpora alone in one base, the baseline of quality at scale.
 SIZES = {"corpora": 0, "quick": 600, "10k": 10_000, "100k": 100_000, "1m": 1_000_000}
 CHARS_PER_CHUNK = 760  # an estimate: it gave 10,381 chunks for 10k and 80,832 for 100k
@@ -162,55 +163,6 @@ def corpus_pages() -> list[tuple[str, Path]]:
 
 
 # ---------------------------------------------------------------------------- homes
-def home_of(engine: str, size: str) -> Path:
-    """The home of a size; the one benchmarks/bulk_home.py built, once it has (1m)."""
-    bulk = DATA / f"{engine}-{size}-bulk"
-    return bulk if (bulk / "scale-manifest.json").exists() else DATA / f"{engine}-{size}"
-
-
-def database_url(engine: str, size: str, admin_url: str | None) -> str | None:
-    """PostgreSQL: one database per size on the benchmark's server, created once."""
-    if engine == "sqlite":
-        return None
-    from sqlalchemy import create_engine, text
-
-    name = f"kbscale_{size}"
-    engine_ = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with engine_.connect() as conn:
-        exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name})
-        if exists.first() is None:
-            conn.execute(text(f"CREATE DATABASE {name}"))
-    engine_.dispose()
-    return admin_url.rsplit("/", 1)[0] + f"/{name}"
-
-
-# One BLAS thread per process: the built-in model's batch product otherwise spins a
-# thread per core, and on a shared 2-core machine that tripled the embedding time.
-ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-
-
-def kb_env(home: Path, url: str | None, **extra: str) -> dict[str, str]:
-    env = env_for(home, KB_EMBEDDINGS="local", **ONE_THREAD, **extra)
-    if url:
-        env["DATABASE_URL"] = url
-    return env
-
-
-def kb_run(env: dict[str, str], *args: str, nice: bool = False) -> str:
-    prefix = ["nice", "-n", "10"] if nice else []
-    done = subprocess.run(
-        [*prefix, PY, "-m", "kb_cli", *args], env=env, capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"kb {' '.join(args[:2])} failed: {done.stderr[-800:]}")
-    return done.stdout
-
-
-def log(message: str) -> None:
-    stamp = time.strftime("%H:%M:%S")
-    print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
-
-
 def build_home(
     engine: str, size: str, url: str | None, workers: int = 2, nice: bool = False
 ) -> dict:
@@ -325,15 +277,16 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 
 
 def in_process_latency(kb, asked: list[str]) -> dict[str, dict[str, float]]:
-    from kb_cli.services.search import search
+    from kb_cli.ranking import SearchMode
+    from kb_cli.services.search import SearchRequest, search
 
     timings = {}
     for mode in MODES:
-        search(kb, asked[0], mode=mode)  # the model and the caches loaded
+        search(kb, SearchRequest(asked[0], mode=SearchMode(mode)))  # the model, the caches
         seconds = []
         for text in asked:
             started = time.perf_counter()
-            search(kb, text, mode=mode)
+            search(kb, SearchRequest(text, mode=SearchMode(mode)))
             seconds.append(time.perf_counter() - started)
         timings[mode] = percentiles(seconds)
     return timings
@@ -356,7 +309,7 @@ def process_latency(env: dict[str, str], asked: list[str]) -> dict[str, dict[str
 
 def recall_at_10(kb, asked: list[str]) -> float:
     """How much of the exact top 10 the configured index (kb.vectors) returns."""
-    from kb_cli.vectors import ExactScan
+    from kb_cli.vectors.stored import exact_nearest
 
     embedder = kb.embedder
     scope = kb.actor.scope(None)
@@ -365,7 +318,7 @@ def recall_at_10(kb, asked: list[str]) -> float:
         for text in asked:
             query = embedder.embed_query(text)
             args = (conn, embedder.model, query, 10, scope, kb.settings.vector_floor)
-            exact = {chunk for chunk, _score in ExactScan().nearest(*args)}
+            exact = {chunk for chunk, _score in exact_nearest(*args)}
             indexed = {chunk for chunk, _score in kb.vectors.nearest(*args)}
             found += len(exact & indexed)
             total += len(exact)
@@ -442,7 +395,7 @@ def quality_in_home(kb, page_ids: dict[str, str]) -> dict[str, dict[str, list]]:
     """Per corpus and configuration, the retrieval benchmark's ranks (as retrieval.py
     counts them) with its corpus among the home's other text: a page is the document
     uploaded from that corpus's file (another corpus's page of the same name is not)."""
-    from benchmarks.retrieval import CONFIGS, DEPTH, folded, load_corpora
+    from benchmarks.retrieval import CONFIGS, folded, load_corpora, request
     from kb_cli.services.search import search
 
     ranks: dict[str, dict[str, list]] = {}
@@ -452,7 +405,7 @@ def quality_in_home(kb, page_ids: dict[str, str]) -> dict[str, dict[str, list]]:
             pages, passages = [], []
             for question in corpus.questions:
                 expected = {page_ids[f"{corpus.name}/{page}"] for page in question["expected"]}
-                hits = search(kb, question["question"], limit=DEPTH, **config).hits
+                hits = search(kb, request(question["question"], config)).hits
                 pages.append(
                     next((r for r, hit in enumerate(hits, 1) if hit.document_id in expected), None)
                 )
@@ -741,6 +694,7 @@ def main() -> None:
         args.skip_quality = args.skip_ingestion = True
     elif args.data:
         DATA = args.data
+    homes.DATA = DATA  # where home_of looks too
     os.environ.update(ONE_THREAD)
     admin_url = os.environ.get("KB_BENCH_POSTGRES_URL")
     engines = args.engines or (["sqlite", "postgresql"] if admin_url else ["sqlite"])

@@ -33,7 +33,7 @@ def _p(seconds: list[float]) -> dict[str, float]:
 
 def stages(kb, asked: list[str]) -> dict:
     from kb_cli import queries
-    from kb_cli.engines.sqlite import _any_of
+    from kb_cli.lexical.fts5 import _any_of
     from kb_cli.services.search import CANDIDATES
     from kb_cli.textsearch import parse_query
     from kb_cli.vectors.signfile import ROUGH_MIN, ROUGH_PER_RESULT, ROUGH_SHARE
@@ -49,7 +49,7 @@ def stages(kb, asked: list[str]) -> dict:
         for text in asked:
             query = parse_query(text)
             started = time.perf_counter()
-            words = queries.lexical_ranking(conn, query.terms, query.phrases, depth, scope)
+            words = kb.lexical.ranking(conn, query.terms, query.phrases, depth, scope)
             timed["words"].append(time.perf_counter() - started)
             if query.terms:
                 sql = "SELECT count(*) FROM chunks_terms WHERE chunks_terms MATCH :m"
@@ -82,12 +82,12 @@ def stages(kb, asked: list[str]) -> dict:
 def fold_seconds(kb) -> dict:
     """A fold with an empty delta (the whole file rewritten: the fixed cost of every
     fold), then `kb reindex --vectors`' full build, in process."""
-    from kb_cli import queries
+    from kb_cli.vectors import stored
     from kb_cli.vectors.signfile import build, directory_for, writing
 
     model = kb.embedder.model
     with kb.db.read() as conn:
-        dim = queries.newest_dim(conn, model)
+        dim = stored.newest_dim(conn, model)
     directory = directory_for(kb.settings)
     timings = {}
     with writing(directory, wait=True):

@@ -82,7 +82,7 @@ def cuts_a_word(shown: str, text: str) -> bool:
 
 
 def measure(kb, questions: list[dict]) -> dict[str, dict[str, float]]:
-    from kb_cli.services.search import search
+    from kb_cli.services.search import SearchRequest, search
 
     counts: dict[str, dict[str, float]] = {
         name: {
@@ -98,7 +98,7 @@ def measure(kb, questions: list[dict]) -> dict[str, dict[str, float]]:
     for question in questions:
         query = textsearch.parse_query(question["question"])
         needles = query.phrases + sorted(query.terms, key=len, reverse=True)
-        for hit in search(kb, question["question"], limit=3).hits:
+        for hit in search(kb, SearchRequest(question["question"], 3)).hits:
             # Brackets of the text (Markdown links, lists) would read as marks.
             text = hit.text.replace("[", "(").replace("]", ")")
             matched = bool(textsearch.matched_spans(text, query))

@@ -43,8 +43,8 @@ def main() -> None:
     from kb_cli.app import Kb
     from kb_cli.config import resolve_settings
     from kb_cli.permissions import Scope
-    from kb_cli.vectors import ExactScan
     from kb_cli.vectors.signfile import SignFileIndex, build, directory_for, writing
+    from kb_cli.vectors.stored import exact_nearest
 
     kb = Kb.open(resolve_settings(), create=False)
     assert kb.embedder is not None
@@ -56,15 +56,15 @@ def main() -> None:
     build_seconds = time.perf_counter() - started
     questions = _questions(texts_file, n)[: int(sys.argv[5]) if len(sys.argv) > 5 else None]
     queries = [kb.embedder.embed_query(question) for question in questions]
-    exact, index = ExactScan(), SignFileIndex(directory, _no_fallback)
+    index = SignFileIndex(directory, 0, _no_fallback)
     timings: dict[str, list[float]] = {"exact": [], "index": []}
     recalls = []
     for query in queries:
         results = {}
-        for name, ranking in (("exact", exact), ("index", index)):
+        for name, nearest in (("exact", exact_nearest), ("index", index.nearest)):
             with kb.db.read() as conn:
                 began = time.perf_counter()
-                results[name] = ranking.nearest(conn, model, query, 50, Scope(None), 0.2)
+                results[name] = nearest(conn, model, query, 50, Scope(None), 0.2)
                 timings[name].append(time.perf_counter() - began)
         truth = {chunk for chunk, _ in results["exact"][:10]}
         if truth:

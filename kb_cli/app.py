@@ -27,6 +27,7 @@ from kb_cli.errors import (
     UsageError,
     WrongObjectStore,
 )
+from kb_cli.lexical import LexicalIndex, make_lexical_index
 from kb_cli.permissions import Actor, Scope
 from kb_cli.queries import MIN_PREFIX
 from kb_cli.reranking import Reranker, make_reranker
@@ -56,9 +57,16 @@ class Kb:
         """The configured reranker (None: off), built on first use like the embedder."""
         return make_reranker(self.settings.rerank)
 
+    # The two indexes of search, each chosen by its package from the engine.
+    @functools.cached_property
+    def lexical(self) -> LexicalIndex:
+        """How search ranks published chunks by their words on this knowledge base."""
+        return make_lexical_index(self.settings)
+
     @functools.cached_property
     def vectors(self) -> VectorIndex:
-        """How search finds the chunks nearest a query vector on this knowledge base."""
+        """How search finds the chunks nearest a query vector on this knowledge base, and
+        what the worker, `kb doctor` and `kb reindex` keep up to date."""
         return make_vector_index(self.settings)
 
     # True when this open made the knowledge base (its home, or its tables).

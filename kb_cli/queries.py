@@ -10,7 +10,6 @@ row matched, so the caller can tell a legal transition from a lost race.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
@@ -24,9 +23,11 @@ from kb_cli.permissions import Scope
 from kb_cli.records import (
     LISTING_COLUMNS,
     AuditRow,
+    ChunkVector,
     DocumentRecord,
     DocumentRow,
     EventRow,
+    NewChunk,
     TaskRow,
     TombstoneRow,
     UserRow,
@@ -85,7 +86,9 @@ def scope_filter(
     return " AND ".join(clauses), params
 
 
-def _where(clauses: Iterable[str]) -> str:
+def where_all(clauses: Iterable[str]) -> str:
+    """A WHERE of every clause given that is not empty, joined by AND; nothing when
+    every one is empty."""
     present = [clause for clause in clauses if clause]
     return " WHERE " + " AND ".join(present) if present else ""
 
@@ -158,7 +161,8 @@ def find_ids(conn: Connection, table_name: str, ref: str, scope: Scope) -> list[
         match, params["ref"] = f"{column} LIKE :ref ESCAPE '\\'", escape_like(ref) + "%"
     else:
         match, params["ref"] = f"{column} = :ref", ref
-    sql = f"SELECT {column} FROM {source}{_where([match, alive, scoped])} ORDER BY {column} LIMIT 2"
+    condition = where_all([match, alive, scoped])
+    sql = f"SELECT {column} FROM {source}{condition} ORDER BY {column} LIMIT 2"
     ids: list[str] = conn.execute(sql, params).scalars()
     return ids
 
@@ -167,7 +171,7 @@ def documents_named(conn: Connection, filename: str, scope: Scope) -> list[str]:
     """Up to two ids of documents in `scope` whose file is named `filename`."""
     scoped, params = scope_filter(scope, engine=conn.engine)
     params["filename"] = filename
-    where = _where(["d.filename = :filename", _NOT_DELETING, scoped])
+    where = where_all(["d.filename = :filename", _NOT_DELETING, scoped])
     ids: list[str] = conn.execute(
         f"SELECT d.id FROM {DOCUMENTS} AS d{where} LIMIT 2", params
     ).scalars()
@@ -193,7 +197,7 @@ def list_documents(
     clauses += [_NOT_DELETING, scoped]
     sql = (
         f"SELECT {', '.join(LISTING_COLUMNS)} FROM {DOCUMENTS} AS d"
-        f" LEFT JOIN {TASKS} AS t ON t.id = d.latest_task_id{_where(clauses)}"
+        f" LEFT JOIN {TASKS} AS t ON t.id = d.latest_task_id{where_all(clauses)}"
         " ORDER BY d.created_at DESC, d.id"
     )
     params = {"status": status, "error_code": error_code, "id": document_id, **scope_params}
@@ -254,7 +258,7 @@ def failed_task_ids(
         params["error_code"] = error_code
     sql = (
         f"SELECT t.id FROM {TASKS} AS t LEFT JOIN {DOCUMENTS} AS d ON d.id = t.document_id"
-        f"{_where(clauses)} ORDER BY t.created_at"
+        f"{where_all(clauses)} ORDER BY t.created_at"
     )
     ids: list[str] = conn.execute(sql, params).scalars()
     return ids
@@ -606,7 +610,7 @@ def delete_grant(conn: Connection, base: str, user: str) -> bool:
 
 def base_exists(conn: Connection, name: str, scope: Scope = Scope()) -> bool:
     scoped, params = scope_filter(Scope(scope.reader, scope.base), "b.name")
-    sql = f"SELECT 1 FROM {BASES} AS b{_where(['b.name = :name', scoped])}"
+    sql = f"SELECT 1 FROM {BASES} AS b{where_all(['b.name = :name', scoped])}"
     return conn.execute(sql, {**params, "name": name}).first() is not None
 
 
@@ -643,7 +647,7 @@ def list_bases(conn: Connection, scope: Scope) -> list[BaseRow]:
     clauses = [scoped, "b.name = :name" if scope.base is not None else ""]
     sql = (
         f"SELECT b.name AS base, (SELECT count(*) FROM {DOCUMENTS} AS d WHERE d.base = b.name)"
-        f" AS documents FROM {BASES} AS b{_where(clauses)} ORDER BY b.name"
+        f" AS documents FROM {BASES} AS b{where_all(clauses)} ORDER BY b.name"
     )
     return [BaseRow._make(row) for row in conn.execute(sql, {**params, "name": scope.base})]
 
@@ -1143,48 +1147,38 @@ def claimable_task(conn: Connection, task_id: str, now: str) -> TaskRow | None:
 # --- chunks --------------------------------------------------------------------------
 
 
-_CHUNK_COLUMNS = (
-    "document_id",
-    "revision",
-    "task_id",
-    "chunk_index",
-    "text",
-    "page",
-    "heading",
-    "context",
-    "terms",
-    "term_count",
-    "embedding",
-    "embedding_model",
-    "embedding_dim",
-)
+_CHUNK_COLUMNS = ("document_id", "revision", "task_id", *NewChunk._fields)
+Beside = Mapping[str, Sequence[object]]
+"""Columns a vector index keeps beside each chunk's vector (VectorIndex.beside): a
+value per row written."""
 
 
 def insert_chunks(
-    conn: Connection, document_id: str, revision: int, task_id: str, rows: list[dict[str, Any]]
+    conn: Connection,
+    document_id: str,
+    revision: int,
+    task_id: str,
+    rows: Sequence[NewChunk],
+    beside: Beside | None = None,
 ) -> None:
-    """Insert a batch of a task's chunks; each row has the chunk's own columns
-    (chunk_index ... embedding_dim)."""
+    """Insert a batch of a task's chunks, with the columns its vector index fills."""
     if rows:
         own = {"document_id": document_id, "revision": revision, "task_id": task_id}
-        values = [{**own, **row} for row in rows]
-        columns: tuple[str, ...] = _CHUNK_COLUMNS
-        if conn.engine.indexes_vectors(conn.raw):
-            columns += (_HALFVEC,)
-            _with_halfvec(values)
-        conn.executemany(_insert_sql(CHUNKS, columns), values)
+        columns = (*_CHUNK_COLUMNS, *(beside or {}))
+        conn.executemany(_insert_sql(CHUNKS, columns), _with_beside(own, rows, beside))
 
 
-# PostgreSQL with pgvector: the chunk's vector again, as the halfvec its index reads.
-_HALFVEC = "embedding_hv"
-
-
-def _with_halfvec(rows: list[dict[str, Any]]) -> None:
-    from kb_cli.embeddings.halfvec import HalfVec
-
-    for row in rows:
-        blob = row["embedding"]
-        row[_HALFVEC] = None if blob is None else HalfVec(bytes(blob))
+def _with_beside(
+    own: Mapping[str, object], rows: Sequence[NamedTuple], beside: Beside | None
+) -> list[dict[str, object]]:
+    """Each row's parameters: `own`, the row's fields, and its value of each column
+    `beside`."""
+    extra = list(zip(*beside.values(), strict=True)) if beside else [()] * len(rows)
+    names = tuple(beside or {})
+    return [
+        {**own, **row._asdict(), **dict(zip(names, values, strict=True))}
+        for row, values in zip(rows, extra, strict=True)
+    ]
 
 
 def delete_task_chunks(conn: Connection, task_id: str) -> int:
@@ -1301,159 +1295,14 @@ def artefact_owners(conn: Connection, document_id: str | None = None) -> list[Ar
 # --- search --------------------------------------------------------------------------
 
 
-_PUBLISHED_CHUNKS = f"""FROM {CHUNKS} AS c
+PUBLISHED_CHUNKS = f"""FROM {CHUNKS} AS c
     JOIN {DOCUMENTS} AS d ON d.id = c.document_id AND c.revision = d.published_revision"""
-
-
-def lexical_ranking(
-    conn: Connection, terms: list[str], phrases: list[str], limit: int, scope: Scope
-) -> list[tuple[int, float]]:
-    """(chunk id, BM25 score) of published chunks in `scope`, best first (per engine):
-    the scope is a condition of the ranking statement itself, so chunks outside it never
-    take a place in the top `limit`."""
-    scoped, scope_params = scope_filter(scope, engine=conn.engine)
-    return conn.engine.lexical_ranking(conn, terms, phrases, limit, scoped, scope_params)
-
-
-def phrase_chunk_ids(conn: Connection, phrases: list[str], scope: Scope) -> set[int]:
-    """Published chunks in `scope` containing every phrase (ASCII case-insensitive)."""
-    names = [f"p{i}" for i in range(len(phrases))]
-    scoped, params = scope_filter(scope, engine=conn.engine)
-    clauses = [conn.engine.caseless_like("c.text", name) for name in names] + [scoped]
-    params |= {name: "%" + escape_like(p) + "%" for name, p in zip(names, phrases, strict=True)}
-    return set(conn.execute(f"SELECT c.id {_PUBLISHED_CHUNKS}{_where(clauses)}", params).scalars())
-
-
-def published_vectors(
-    conn: Connection,
-    model: str,
-    dim: int,
-    scope: Scope,
-    after: int | None = None,
-    among: Sequence[int] | None = None,
-) -> tuple[list[int], list[bytes]]:
-    """Ids and stored vectors of the published chunks in `scope` embedded by `model`;
-    only those with an id above `after`, or only those `among` the ids given (what a
-    vector index proposed: the database decides which may be seen)."""
-    scoped, params = scope_filter(scope, engine=conn.engine)
-    clauses = ["c.embedding_model = :model", "c.embedding_dim = :dim", scoped]
-    if after is not None:
-        clauses.append("c.id > :after")
-        params["after"] = after
-    if among is not None:
-        if not among:
-            return [], []
-        clauses.append(f"c.id IN ({', '.join(str(int(chunk_id)) for chunk_id in among)})")
-    sql = f"SELECT c.id, c.embedding {_PUBLISHED_CHUNKS}{_where(clauses)}"
-    rows = conn.execute(sql, {**params, "model": model, "dim": dim}).all()
-    return [row[0] for row in rows], [bytes(row[1]) for row in rows]
-
-
-# --- what a derived vector index was built from (kb_cli/vectors/signfile.py) ---------
-
-
-class IndexMarks(NamedTuple):
-    """What tells a vector index built earlier from the chunks now: whose database,
-    which re-embedding epoch, and the newest chunk it saw (its id and identity)."""
-
-    database_id: str | None
-    epoch: int
-    anchor: str | None  # the identity of the chunk at the watermark, None when gone
-
-
-def index_marks(conn: Connection, watermark: int) -> IndexMarks:
-    row = conn.execute(
-        f"""SELECT (SELECT value FROM kb_meta WHERE key = 'database_id'),
-            (SELECT value FROM kb_meta WHERE key = 'vector_epoch'),
-            c.document_id, c.revision, c.chunk_index, c.task_id, c.embedding
-        FROM (SELECT 1) AS one LEFT JOIN {CHUNKS} AS c ON c.id = :watermark""",
-        {"watermark": watermark},
-    ).first()
-    assert row is not None
-    anchor = None
-    if row[2] is not None:
-        identity = f"{row[2]}:{row[3]}:{row[4]}:{row[5]}:".encode()
-        anchor = hashlib.sha256(identity + bytes(row[6] or b"")).hexdigest()[:32]
-    return IndexMarks(row[0], int(row[1] or 0), anchor)
-
-
-def newest_chunk_id(conn: Connection) -> int:
-    return int(conn.execute(f"SELECT coalesce(max(id), 0) FROM {CHUNKS}").scalar())
-
-
-def vectors_between(
-    conn: Connection, model: str, dim: int, after: int, upto: int, limit: int
-) -> tuple[list[int], list[bytes]]:
-    """Ids and vectors of every chunk (published or not) embedded by `model` with an id
-    in (after, upto], in id order, at most `limit`: what a vector index holds."""
-    rows = conn.execute(
-        f"""SELECT id, embedding FROM {CHUNKS}
-        WHERE id > :after AND id <= :upto AND embedding_model = :model
-          AND embedding_dim = :dim
-        ORDER BY id LIMIT :limit""",
-        {"after": after, "upto": upto, "model": model, "dim": dim, "limit": limit},
-    ).all()
-    return [row[0] for row in rows], [bytes(row[1]) for row in rows]
-
-
-def count_vectors(conn: Connection, model: str, dim: int | None = None, after: int = 0) -> int:
-    """Chunks (published or not) embedded by `model`, with an id above `after`."""
-    clauses = ["id > :after", "embedding_model = :model"]
-    if dim is not None:
-        clauses.append("embedding_dim = :dim")
-    sql = f"SELECT count(*) FROM {CHUNKS}{_where(clauses)}"
-    return int(conn.execute(sql, {"after": after, "model": model, "dim": dim}).scalar())
-
-
-def newest_dim(conn: Connection, model: str) -> int | None:
-    """The dimension of the newest vector `model` made (None: it made none)."""
-    sql = f"""SELECT embedding_dim FROM {CHUNKS} WHERE embedding_model = :model
-        ORDER BY id DESC LIMIT 1"""
-    dim = conn.execute(sql, {"model": model}).scalar()
-    return None if dim is None else int(dim)
-
-
-def embedding_dims(conn: Connection, model: str) -> list[int]:
-    sql = f"SELECT DISTINCT embedding_dim FROM {CHUNKS} WHERE embedding_model = :model"
-    return [int(dim) for dim in conn.execute(sql, {"model": model}).scalars()]
-
-
-def nearest_by_index(
-    conn: Connection,
-    model: str,
-    dim: int,
-    query: bytes,
-    depth: int,
-    scope: Scope,
-    ef_search: int,
-) -> tuple[list[int], list[bytes]]:
-    """PostgreSQL with pgvector (kb_cli/vectors/pgvector.py): ids and stored vectors of
-    up to `depth` published chunks in `scope` embedded by `model`, nearest the stored
-    vector `query` first by the HNSW index of that model (approximately)."""
-    from kb_cli.embeddings.halfvec import HalfVec
-    from kb_cli.migrations.pgvector import indexed_expression, model_condition
-
-    if not conn.engine.indexes_vectors(conn.raw):  # which also lets it send HalfVec
-        return [], []
-    conn.execute(
-        "SELECT set_config('hnsw.ef_search', :ef_search, true) AS ef_search,"
-        " set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan",
-        {"ef_search": str(ef_search)},
-    )
-    scoped, params = scope_filter(scope, engine=conn.engine)
-    sql = (
-        f"SELECT c.id, c.embedding {_PUBLISHED_CHUNKS}"
-        f"{_where([model_condition(model, dim, 'c.'), scoped])}"
-        f" ORDER BY {indexed_expression(dim, 'c.')} <#> :query LIMIT :depth"
-    )
-    rows = conn.execute(sql, {**params, "query": HalfVec(query), "depth": depth}).all()
-    return [row[0] for row in rows], [bytes(row[1]) for row in rows]
 
 
 def has_published_vectors(conn: Connection, model: str, scope: Scope) -> bool:
     scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = ["c.embedding_model = :model", scoped]
-    sql = f"SELECT 1 {_PUBLISHED_CHUNKS}{_where(clauses)} LIMIT 1"
+    sql = f"SELECT 1 {PUBLISHED_CHUNKS}{where_all(clauses)} LIMIT 1"
     return conn.execute(sql, {**params, "model": model}).first() is not None
 
 
@@ -1482,7 +1331,7 @@ def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Chunk
     sql = (
         "SELECT c.id, c.document_id, d.base, coalesce(r.filename, d.filename) AS filename,"
         " c.revision, c.chunk_index, c.text, c.page, c.heading, c.context,"
-        f" coalesce(r.content_type, d.content_type) AS content_type {_PUBLISHED_CHUNKS}"
+        f" coalesce(r.content_type, d.content_type) AS content_type {PUBLISHED_CHUNKS}"
         f" LEFT JOIN {REVISIONS} AS r ON r.document_id = c.document_id"
         " AND r.revision = c.revision"
         f" WHERE c.id IN ({', '.join(':' + n for n in names)})"
@@ -1550,19 +1399,17 @@ def chunks_to_embed(
     return [ChunkToEmbed._make(row) for row in conn.execute(sql, params)]
 
 
-def set_embeddings(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """rows: {id, embedding, embedding_model, embedding_dim}; chunks deleted meanwhile
-    are simply not found. Bumps the vector epoch in the same transaction: a vector index
-    built before holds vectors some chunks no longer have, and is stale from the commit."""
-    halfvec = ""
-    if conn.engine.indexes_vectors(conn.raw):
-        rows = [dict(row) for row in rows]
-        _with_halfvec(rows)
-        halfvec = f", {_HALFVEC} = :{_HALFVEC}"
+def set_embeddings(
+    conn: Connection, rows: Sequence[ChunkVector], beside: Beside | None = None
+) -> None:
+    """Each chunk's new vector (with the columns its vector index fills); chunks deleted
+    meanwhile are simply not found. Bumps the vector epoch in the same transaction: a
+    vector index built before holds vectors some chunks no longer have, and is stale
+    from the commit."""
+    columns = ("embedding", "embedding_model", "embedding_dim", *(beside or {}))
     conn.executemany(
-        f"UPDATE {CHUNKS} SET embedding = :embedding, embedding_model = :embedding_model,"
-        f" embedding_dim = :embedding_dim{halfvec} WHERE id = :id",
-        rows,
+        f"UPDATE {CHUNKS} SET {', '.join(f'{name} = :{name}' for name in columns)} WHERE id = :id",
+        _with_beside({}, rows, beside),
     )
     conn.execute(
         "INSERT INTO kb_meta (key, value) VALUES ('vector_epoch', '1') ON CONFLICT (key)"

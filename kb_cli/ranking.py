@@ -3,13 +3,14 @@ Fusion, one hit per document, repeats discounted, copies taken out of each ranki
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import re
 import string
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -24,12 +25,31 @@ class SearchMode(StrEnum):
     VECTOR = "vector"  # meaning: embedding similarity
 
 
+class Ranking(StrEnum):
+    """The rankings search fuses, each from an index of its own."""
+
+    LEXICAL = "lexical"  # words: BM25 (kb_cli/lexical/)
+    VECTOR = "vector"  # meaning: embedding similarity (kb_cli/vectors/)
+
+
 RRF_K = 60  # the constant of Cormack et al.; damps the weight of the very first ranks
 BM25_K1, BM25_B = 1.2, 0.75  # SQLite FTS5's bm25() constants, on both engines
 
 Scored = tuple[int, float]  # (chunk id, score) of one ranking, best first
-# (chunk id, score, lexical rank, vector rank): ranks are 1-based, None when absent.
-Hit = tuple[int, float, int | None, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A chunk as search orders it: its score, and its 1-based rank in each ranking
+    that returned it (in the order the rankings were fused)."""
+
+    chunk: int
+    score: float
+    ranks: Mapping[Ranking, int]
+
+    def rank(self, ranking: Ranking) -> int | None:
+        """Its rank in `ranking`; None when that ranking did not return it."""
+        return self.ranks.get(ranking)
 
 
 @dataclass(frozen=True)
@@ -87,30 +107,24 @@ def top_similar(
     return ranked
 
 
-def single(ranking: list[Scored], lexical: bool) -> list[Hit]:
+def single(ranking: Ranking, scored: list[Scored]) -> list[Hit]:
     """One ranking's results as hits, its rank filled in."""
-    if lexical:
-        return [(chunk, score, rank, None) for rank, (chunk, score) in enumerate(ranking, 1)]
-    return [(chunk, score, None, rank) for rank, (chunk, score) in enumerate(ranking, 1)]
+    return [Hit(chunk, score, {ranking: rank}) for rank, (chunk, score) in enumerate(scored, 1)]
 
 
-def fuse(
-    lexical: list[Scored], vector: list[Scored], vector_weight: float = 1.0, k: int = RRF_K
-) -> list[Hit]:
-    """Weighted Reciprocal Rank Fusion: score = 1 / (k + lexical rank) + vector_weight /
-    (k + vector rank), a missing rank adding nothing."""
-    lexical_ranks = {chunk: rank for rank, (chunk, _score) in enumerate(lexical, 1)}
-    vector_ranks = {chunk: rank for rank, (chunk, _score) in enumerate(vector, 1)}
-    hits = []
-    for chunk in lexical_ranks.keys() | vector_ranks.keys():
-        ranks = (lexical_ranks.get(chunk), vector_ranks.get(chunk))
-        score = sum(
-            weight / (k + rank)
-            for weight, rank in zip((1.0, vector_weight), ranks, strict=True)
-            if rank is not None
-        )
-        hits.append((chunk, score, *ranks))
-    hits.sort(key=lambda hit: (-hit[1], min(r for r in hit[2:] if r is not None), hit[0]))
+def fuse(rankings: Mapping[Ranking, tuple[list[Scored], float]], k: int = RRF_K) -> list[Hit]:
+    """Weighted Reciprocal Rank Fusion of (scored chunks, weight) per ranking: a chunk
+    scores the sum of weight / (k + its rank) over the rankings that returned it, each
+    in the order given. Ties by the best of its ranks, then by chunk id."""
+    ranks: dict[int, dict[Ranking, int]] = defaultdict(dict)
+    for ranking, (scored, _weight) in rankings.items():
+        for rank, (chunk, _score) in enumerate(scored, 1):
+            ranks[chunk][ranking] = rank
+    hits = [
+        Hit(chunk, sum(rankings[r][1] / (k + rank) for r, rank in held.items()), held)
+        for chunk, held in ranks.items()
+    ]
+    hits.sort(key=lambda hit: (-hit.score, min(hit.ranks.values()), hit.chunk))
     return hits
 
 
@@ -119,7 +133,7 @@ def best_per_document(hits: list[Hit], document_of: Callable[[int], Hashable]) -
     seen: set[Hashable] = set()
     best = []
     for hit in hits:
-        document = document_of(hit[0])
+        document = document_of(hit.chunk)
         if document not in seen:
             seen.add(document)
             best.append(hit)
@@ -138,10 +152,10 @@ def discount_repeats(
     counts: dict[Hashable, int] = defaultdict(int)
     discounted = []
     for order, hit in enumerate(hits):
-        document = document_of(hit[0])
-        score = hit[1] * factor ** counts[document]
+        document = document_of(hit.chunk)
+        score = hit.score * factor ** counts[document]
         counts[document] += 1
-        discounted.append((order >= head, -score, order, (hit[0], score, *hit[2:])))
+        discounted.append((order >= head, -score, order, dataclasses.replace(hit, score=score)))
     discounted.sort(key=lambda item: item[:3])
     return [item[3] for item in discounted]
 
@@ -199,10 +213,10 @@ def named_in_shown_documents(
     shown: set[Hashable] = set()
     named, named_copies = [], {}
     for hit in hits:
-        members = [hit[0], *copies.get(hit[0], [])]
-        chosen = next((m for m in members if document_of(m) in shown), hit[0])
+        members = [hit.chunk, *copies.get(hit.chunk, [])]
+        chosen = next((m for m in members if document_of(m) in shown), hit.chunk)
         shown.add(document_of(chosen))
-        named.append((chosen, *hit[1:]))
+        named.append(dataclasses.replace(hit, chunk=chosen))
         others = [member for member in members if member != chosen]
         if others:
             named_copies[chosen] = others
@@ -278,7 +292,7 @@ def rerank(hits: list[Hit], scores: list[float]) -> list[Hit]:
     """The first len(scores) hits reordered by those scores (which become their score),
     best first, ties in their previous order; the rest follow unchanged."""
     head = sorted(
-        ((hit[0], score, *hit[2:]) for hit, score in zip(hits, scores, strict=False)),
-        key=lambda hit: -hit[1],
+        (dataclasses.replace(hit, score=score) for hit, score in zip(hits, scores, strict=False)),
+        key=lambda hit: -hit.score,
     )
     return head + hits[len(scores) :]

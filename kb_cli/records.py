@@ -116,6 +116,32 @@ class EventRow(NamedTuple):
     attempts: int
 
 
+class NewChunk(NamedTuple):
+    """A chunk as the worker writes it (queries.insert_chunks), made once by the
+    pipeline: its text, its words for the lexical index, and its vector (None:
+    embeddings off)."""
+
+    chunk_index: int
+    text: str
+    page: int | None
+    heading: str | None
+    context: str | None
+    terms: str
+    term_count: int
+    embedding: bytes | None
+    embedding_model: str | None
+    embedding_dim: int | None
+
+
+class ChunkVector(NamedTuple):
+    """A stored chunk's new vector (queries.set_embeddings, `kb reindex --embeddings`)."""
+
+    id: int
+    embedding: bytes
+    embedding_model: str
+    embedding_dim: int
+
+
 @dataclass
 class TaskRecord:
     task_id: str
@@ -277,6 +303,13 @@ class WorkResult:
         }
 
 
+class AlsoIn(NamedTuple):
+    """Another document holding a hit's text (whitespace aside)."""
+
+    document_id: str
+    filename: str
+
+
 @dataclass
 class SearchHit:
     document_id: str
@@ -294,14 +327,14 @@ class SearchHit:
     # --context: the first and last chunk the passage in `text` covers; else None.
     passage: tuple[int, int] | None = None
     content_type: str | None = None  # of the revision served, like filename
-    # Other documents holding the same text (whitespace aside): {document_id, filename}.
-    also_in: list[dict[str, str]] = field(default_factory=list)
+    also_in: list[AlsoIn] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         record = dict(self.__dict__)
         passage = record.pop("passage")
         if passage is not None:
             record["first_chunk"], record["last_chunk"] = passage
+        record["also_in"] = [other._asdict() for other in self.also_in]
         return record
 
 
@@ -381,4 +414,30 @@ class EventRecord:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class IndexProblem:
+    """An index that search cannot use now: it answers, by reading every vector, and
+    slower. `rebuild` of the model and dimension repairs it."""
+
+    model: str
+    dim: int
+    detail: str
+
+
+@dataclass
+class BuildReport:
+    """What a build wrote: the vectors of one model and dimension."""
+
+    model: str
+    dim: int
+    chunks: int  # in the index
+    added: int  # read from the database by this build
+    watermark: int
+    path: str
+    bytes: int
+
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)

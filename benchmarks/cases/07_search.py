@@ -19,6 +19,7 @@ TITLE = "search latency"
 def run(ctx: Context) -> list[Row]:
     from kb_cli.app import Kb
     from kb_cli.config import resolve_settings
+    from kb_cli.ranking import SearchMode
     from kb_cli.services import search
     from kb_cli.textsearch import words
 
@@ -34,13 +35,14 @@ def run(ctx: Context) -> list[Row]:
 
             def ours(query: str = query, service: Kb = service) -> float:
                 start = time.perf_counter()
-                search.search(service, query, limit=10, mode="lexical")
+                search.search(service, search.SearchRequest(query, 10, SearchMode.LEXICAL))
                 return (time.perf_counter() - start) * 1000
 
             def in_scope(query: str = query, service: Kb = service) -> float:
                 """--base: BM25 over one base's postings instead of FTS5's bm25()."""
                 start = time.perf_counter()
-                search.search(service, query, limit=10, mode="lexical", base="default")
+                request = search.SearchRequest(query, 10, SearchMode.LEXICAL, base="default")
+                search.search(service, request)
                 return (time.perf_counter() - start) * 1000
 
             def reference(terms: str = terms, raw=raw) -> float:

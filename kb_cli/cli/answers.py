@@ -61,10 +61,8 @@ def search(
 
     filters = metadata.parse_where(where or [])
     kb = open_kb(ctx, SEARCH, base)
-    result = search_service.search(
-        kb, query, limit, mode and mode.value, per_document, base, context, filters
-    )
-    console.print_search(result, json_out)
+    request = search_service.SearchRequest(query, limit, mode, per_document, base, context, filters)
+    console.print_search(search_service.search(kb, request), json_out)
 
 
 EVAL = Rule("eval", READERS, Target.BASE)

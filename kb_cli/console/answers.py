@@ -37,7 +37,7 @@ def _where(hit: SearchHit) -> str:
         if rank is not None
     )
     chunks = f" chunks={hit.passage[0]}-{hit.passage[1]}" if hit.passage else ""
-    copies = ",".join(visible(copy["filename"]) for copy in hit.also_in)
+    copies = ",".join(visible(copy.filename) for copy in hit.also_in)
     also = f" also_in={quoted(copies)}" if copies else ""
     return (
         f"{visible(hit.filename)} rev={hit.revision} chunk={hit.chunk_index}{place}{ranks}"

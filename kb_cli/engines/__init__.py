@@ -2,10 +2,11 @@
 
 Each engine module satisfies the `Engine` protocol below: the DB-API side
 (connecting, transactions, statements and the verdicts on a driver's errors), the
-row-lock clauses, the schema side, BM25 over the caller's scope, and how a waiting
-process learns of a commit (`notify` in the writing transaction, a `Watch` in the
-waiting process). Statements are
-written once, with `:name` parameters, for both engines.
+row-lock clauses, the schema side, the few clauses whose spelling differs (a caseless
+LIKE, a condition on JSON metadata), and how a waiting process learns of a commit
+(`notify` in the writing transaction, a `Watch` in the waiting process). Statements
+are written once, with `:name` parameters, for both engines. How each engine's indexes
+rank is not here: kb_cli/lexical/ (words) and kb_cli/vectors/ (meaning).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from sqlalchemy import Connection as SAConnection
     from sqlalchemy import Engine as SAEngine
-
-    from kb_cli.ranking import Scored
 
 SCHEMA_VERSION = "SELECT version_num FROM kb_schema_version"
 # What a commit may have changed, as the channels a waiting process watches.
@@ -94,41 +93,12 @@ class Engine(Protocol):
     def lock_for_migration(self, conn: SAConnection) -> None: ...
     def caseless_like(self, column: str, parameter: str) -> str: ...
 
-    def indexes_vectors(self, raw: Any) -> bool:
-        """The database keeps pgvector's halfvec copy of the chunks' vectors
-        (kb_cli/migrations/pgvector.py): chunk writes fill it, search asks its index."""
-
     def meta_condition(
         self, column: str, name: str, key: str, value: str, prefix: bool
     ) -> tuple[str, dict[str, Any]]:
         """A condition that the JSON metadata in `column` has `key` equal to `value`
         (or starting with it, with `prefix`), and its parameters, named after `name`."""
 
-    def lexical_ranking(
-        self,
-        conn: Any,
-        terms: list[str],
-        phrases: list[str],
-        limit: int,
-        scope: str,
-        scope_params: dict[str, Any],
-    ) -> list[Scored]: ...
-
 
 def escape_like(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def candidate_filters(
-    phrases: list[str], scope: str, params: dict[str, object], caseless_like
-) -> str:
-    """The conditions every lexical candidate meets on both engines: each quoted phrase
-    verbatim (`caseless_like` is the engine's), and its document `d` within `scope`
-    (queries.scope_filter). Adds the phrases' parameters to `params`."""
-    filters = []
-    for i, phrase in enumerate(phrases):
-        params[f"phrase{i}"] = "%" + escape_like(phrase) + "%"
-        filters.append(" AND " + caseless_like("c.text", f"phrase{i}"))
-    if scope:
-        filters.append(f" AND {scope}")
-    return "".join(filters)

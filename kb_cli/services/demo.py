@@ -286,7 +286,7 @@ class _Demo:
     def _search(self) -> None:
         by_id = {outcome.document_id: outcome for outcome in self.outcomes.values()}
         for query in QUERIES:
-            hits = search.search(self.kb, query, limit=3, per_document=True).hits
+            hits = search.search(self.kb, search.SearchRequest(query, 3, per_document=True)).hits
             for hit in hits:
                 note = "found by search"
                 if note not in by_id[hit.document_id].notes:

@@ -19,7 +19,6 @@ from kb_cli.permissions import BASE_PREFIX
 from kb_cli.services import pending, removal
 from kb_cli.store.layout import key_of
 from kb_cli.transitions import requeue_task
-from kb_cli.vectors import signfile
 
 # Documents search must never serve: unpublished, or on their way out.
 NOT_SERVED = (DocStatus.ARCHIVED, DocStatus.DELETING)
@@ -73,7 +72,7 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         referenced = queries.object_keys(conn)
         waiting = {row.object_key: row for row in queries.pending_objects(conn)}
         database_id = queries.database_id(conn)
-        notes = [] if kb.db.is_sqlite else _vector_index_notes(conn)
+        notes = kb.vectors.notes(conn)
     found += _objects(kb, referenced, deleting, waiting) + _foreign_store(kb, database_id)
     found += _vector_index(kb)
     if verify:
@@ -89,26 +88,6 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         else:
             report.problems.append(problem)
     return report
-
-
-def _vector_index_notes(conn: Connection) -> list[str]:
-    """PostgreSQL: how to let search use pgvector's index where it reads every vector."""
-    from kb_cli.migrations import pgvector
-
-    if not pgvector.enabled(conn.raw):
-        if pgvector.available(conn.raw):
-            return [
-                "the server offers pgvector but this database does not use it yet: run "
-                "`kb db upgrade` as a user allowed to CREATE EXTENSION vector"
-            ]
-        return [
-            "vector search reads every stored vector (no pgvector on this server): install "
-            "pgvector 0.8 or later on it, then run `kb db upgrade` to build its index"
-        ]
-    return [
-        f"the vectors of {model} ({dim} dimensions) have no index yet: `kb db upgrade` builds it"
-        for model, dim in pgvector.missing_indexes(conn.raw)
-    ]
 
 
 def _unfinished_deletes(conn: Connection) -> list[Problem]:
@@ -403,10 +382,10 @@ def _require_own_store(kb: Kb, database_id: str | None, referenced: dict[str, st
 
 
 def _vector_index(kb: Kb) -> list[Problem]:
-    """A SQLite home with enough vectors of the configured model (KB_VECTOR_INDEX_MIN_CHUNKS)
-    and no current index file for them: search still answers, by the exact scan, and
-    slower (kb_cli/vectors/signfile.py). Repair rebuilds it."""
-    if not kb.settings.is_sqlite or kb.settings.embeddings.provider == "none":
+    """The vectors of the configured model that the vector index cannot serve now,
+    although it should: search still answers, by reading every vector, and slower.
+    Repair rebuilds it."""
+    if kb.settings.embeddings.provider == "none":
         return []
     try:
         model = kb.embedder.model if kb.embedder is not None else None
@@ -415,22 +394,14 @@ def _vector_index(kb: Kb) -> list[Problem]:
     if model is None:
         return []
     return [
-        Problem(
-            "vector_index",
-            f"{state.model}/{state.dim}",
-            f"the vector index of {state.model} ({state.vectors} vectors) is {state.state}: "
-            "search reads every vector",
-        )
-        for state in signfile.states(kb.db, signfile.directory_for(kb.settings), model)
-        if state.state != "current" and state.vectors >= kb.settings.vector_index_min_chunks
+        Problem("vector_index", f"{found.model}/{found.dim}", found.detail)
+        for found in kb.vectors.problems(kb.db, model)
     ]
 
 
 def _rebuild_vector_index(kb: Kb, problem: Problem) -> bool:
     model, _, dim = problem.id.rpartition("/")
-    directory = signfile.directory_for(kb.settings)
-    with signfile.writing(directory, wait=True):
-        signfile.build(kb.db, directory, model, int(dim), incremental=False)
+    kb.vectors.rebuild(kb.db, model, [int(dim)])
     return True
 
 

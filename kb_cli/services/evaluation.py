@@ -16,7 +16,7 @@ from pathlib import Path
 from kb_cli.app import Kb
 from kb_cli.errors import UsageError
 from kb_cli.ranking import normalised
-from kb_cli.services.search import search
+from kb_cli.services.search import SearchRequest, search
 
 
 @dataclass
@@ -160,7 +160,7 @@ def evaluate(
 
 
 def _ask(kb: Kb, question: Question, k: int, base: str | None) -> QuestionResult:
-    hits = search(kb, question.question, limit=k, per_document=True, base=base).hits
+    hits = search(kb, SearchRequest(question.question, k, per_document=True, base=base)).hits
     # A document answers to its filename and to its id.
     names = [{hit.filename, hit.document_id} for hit in hits]
     rank = next(
@@ -181,7 +181,7 @@ def _rank_answer(
     kb: Kb, question: Question, k: int, base: str | None, result: QuestionResult
 ) -> None:
     """The first hit of a plain search (top k, as a reader sees them) that holds an answer."""
-    hits = search(kb, question.question, limit=k, base=base).hits
+    hits = search(kb, SearchRequest(question.question, k, base=base)).hits
     answers = [holds_form(answer) for answer in question.answer]
     rank = next(
         (i for i, hit in enumerate(hits, 1) if any(a in holds_form(hit.text) for a in answers)),

@@ -1,5 +1,5 @@
 """`kb reindex --embeddings`: give every stored chunk a vector of the configured model;
-`kb reindex --vectors`: rebuild a SQLite home's vector index from the database.
+`kb reindex --vectors`: rebuild the vector index from the database (kb_cli/vectors/).
 
 After the embedding model changes, search compares only vectors of the new model, so
 chunks embedded by the old one rank by words alone until this has run. It works in
@@ -19,7 +19,7 @@ from kb_cli.app import Kb
 from kb_cli.chunking import contextual_text
 from kb_cli.embeddings import to_blob
 from kb_cli.errors import UsageError
-from kb_cli.vectors.signfile import BuildReport, build, directory_for, writing
+from kb_cli.records import BuildReport, ChunkVector
 
 
 @dataclass
@@ -51,16 +51,12 @@ def reindex_embeddings(kb: Kb, on_progress: Callable[[int, int], None]) -> Reind
             batch = chunks[start : start + embedder.batch_size]
             vectors = embedder.embed([contextual_text(c.context, c.text) for c in batch])
             rows = [
-                {
-                    "id": chunk.id,
-                    "embedding": to_blob(vector),
-                    "embedding_model": embedder.model,
-                    "embedding_dim": len(vector),
-                }
+                ChunkVector(chunk.id, to_blob(vector), embedder.model, len(vector))
                 for chunk, vector in zip(batch, vectors, strict=True)
             ]
             with kb.db.write() as conn:
-                queries.set_embeddings(conn, rows)
+                beside = kb.vectors.beside(conn, [row.embedding for row in rows])
+                queries.set_embeddings(conn, rows, beside)
             done += len(batch)
             on_progress(done, total)
     return ReindexReport(embedder.model, len(revisions), done)
@@ -69,18 +65,8 @@ def reindex_embeddings(kb: Kb, on_progress: Callable[[int, int], None]) -> Reind
 def rebuild_vector_index(kb: Kb) -> list[BuildReport]:
     """Write the vector index of the configured model anew from the database (every
     dimension it has vectors in), whatever its size: the index is derived, and this is
-    how it is made current at once (kb_cli/vectors/signfile.py). Waits for another
-    process writing it."""
+    how it is made current at once. Waits for another process writing it."""
     embedder = kb.embedder
     if embedder is None:
         raise UsageError("embeddings are off (KB_EMBEDDINGS=none): there are no vectors to index")
-    if not kb.settings.is_sqlite:
-        raise UsageError(
-            "kb reindex --vectors builds the vector index of a SQLite home; "
-            "on PostgreSQL the database indexes vectors itself"
-        )
-    directory = directory_for(kb.settings)
-    with kb.db.read() as conn:
-        dims = queries.embedding_dims(conn, embedder.model)
-    with writing(directory, wait=True):
-        return [build(kb.db, directory, embedder.model, dim, incremental=False) for dim in dims]
+    return kb.vectors.rebuild(kb.db, embedder.model)

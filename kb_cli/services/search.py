@@ -10,11 +10,15 @@ from dataclasses import dataclass, field
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
 from kb_cli.chunking import contextual_text, merge_passage
+from kb_cli.db import Connection
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
+from kb_cli.lexical.phrases import chunks_with_phrases
 from kb_cli.metadata import MetaFilter
 from kb_cli.permissions import Scope
+from kb_cli.queries import ChunkDetail, PassageChunk
 from kb_cli.ranking import (
     Hit,
+    Ranking,
     Scored,
     SearchMode,
     best_per_document,
@@ -26,10 +30,9 @@ from kb_cli.ranking import (
     rerank,
     single,
 )
-from kb_cli.records import SearchHit
+from kb_cli.records import AlsoIn, SearchHit
 from kb_cli.textsearch import Query, parse_query, script_of, snippet
 
-MODES = tuple(SearchMode)
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50
 # Each ranking is asked for this many times its candidates, whose copies are taken out
@@ -47,47 +50,55 @@ MAX_QUERY_TERMS = 200
 MAX_QUERY_PHRASES = 20
 
 
+@dataclass(frozen=True)
+class SearchRequest:
+    """What a caller asks of search: `kb search`'s argument and options."""
+
+    text: str
+    limit: int = 10
+    mode: SearchMode | None = None  # None: hybrid when the chunks have vectors
+    per_document: bool = False  # one hit per document: its best chunk
+    base: str | None = None  # only this base of those the caller may read
+    context: int = 0  # merge each hit with up to this many neighbours on each side
+    where: tuple[MetaFilter, ...] = ()  # only documents whose metadata match
+
+
 @dataclass
 class SearchResult:
     hits: list[SearchHit]
-    mode: str  # the ranking that ran (hybrid falls back to lexical without vectors)
+    mode: SearchMode  # the ranking that ran (hybrid falls back to lexical without vectors)
     warnings: list[str] = field(default_factory=list)
 
 
-def search(
-    kb: Kb,
-    text: str,
-    limit: int = 10,
-    mode: str | None = None,
-    per_document: bool = False,
-    base: str | None = None,
-    context: int = 0,
-    where: tuple[MetaFilter, ...] = (),
-) -> SearchResult:
-    """Ranks published chunks of the bases the caller may read (narrowed to `base`);
-    the scope is part of every candidate query, so it is decided before any scoring.
-    The fused candidates are reranked when a reranker is configured; `context` merges
-    each hit with up to that many neighbouring chunks of its section on each side."""
+# A ranking's chunks, best first, and its weight in the fusion.
+Weighed = dict[Ranking, tuple[list[Scored], float]]
+
+
+def search(kb: Kb, request: SearchRequest) -> SearchResult:
+    """Ranks published chunks of the bases the caller may read (narrowed to the
+    request's base); the scope is part of every candidate query, so it is decided before
+    any scoring. The fused candidates are reranked when a reranker is configured; a
+    `context` merges each hit with up to that many neighbouring chunks of its section
+    on each side."""
+    text, mode = request.text, request.mode
     if not text.strip():
         raise UsageError("the search query is empty")
-    if mode is not None and mode not in MODES:
-        raise UsageError(f"unknown --mode {mode!r}; one of: {', '.join(MODES)}")
     if len(text) > MAX_QUERY_CHARS:
         raise UsageError(f"the search query is longer than {MAX_QUERY_CHARS} characters")
-    if not 0 <= context <= MAX_CONTEXT:
+    if not 0 <= request.context <= MAX_CONTEXT:
         raise UsageError(f"--context must be between 0 and {MAX_CONTEXT}")
     query = parse_query(text)
     if len(query.phrases) > MAX_QUERY_PHRASES:
         raise UsageError(f"the search query has more than {MAX_QUERY_PHRASES} quoted phrases")
     if query.empty:  # only punctuation or operators: nothing that could match
-        return SearchResult([], mode or "lexical")
+        return SearchResult([], mode or SearchMode.LEXICAL)
     embedder = kb.embedder
-    if mode in ("hybrid", "vector") and embedder is None:
+    if mode in (SearchMode.HYBRID, SearchMode.VECTOR) and embedder is None:
         raise UsageError(f"--mode {mode} needs embeddings, which are off (KB_EMBEDDINGS=none)")
-    depth = max(CANDIDATES, 3 * limit) * (3 if per_document else 1)
-    result = SearchResult([], mode or "hybrid")
+    depth = max(CANDIDATES, 3 * request.limit) * (3 if request.per_document else 1)
+    result = SearchResult([], mode or SearchMode.HYBRID)
     # Metadata filters are part of the scope: every candidate query applies them.
-    scope = dataclasses.replace(kb.actor.scope(base), where=where)
+    scope = dataclasses.replace(kb.actor.scope(request.base), where=request.where)
     if len(query.terms) > MAX_QUERY_TERMS:
         result.warnings.append(
             f"the query has {len(query.terms)} distinct words; ranked by the first "
@@ -95,68 +106,85 @@ def search(
         )
         query = Query(query.terms[:MAX_QUERY_TERMS], query.phrases)
     with kb.db.read() as conn:
-        if base is not None:
-            require_base(conn, scope, base)
+        if request.base is not None:
+            require_base(conn, scope, request.base)
         if mode is None and (
             embedder is None or not queries.has_published_vectors(conn, embedder.model, scope)
         ):
-            result.mode = "lexical"
-        lexical, vector, weight = _rankings(kb, conn, text, query, depth, scope, result)
+            result.mode = SearchMode.LEXICAL
+        rankings = _rankings(kb, conn, text, query, depth, scope, result)
         # On PostgreSQL each statement reads what is committed when it starts: a chunk
         # deleted since the ranking read it is not shown.
-        details = queries.chunk_details(conn, list({c for c, _s in lexical + vector}))
-        (lexical, vector), copied = distinct_rankings(
-            [[item for item in ranking if item[0] in details] for ranking in (lexical, vector)],
+        asked = {chunk for scored, _weight in rankings.values() for chunk, _score in scored}
+        details = queries.chunk_details(conn, list(asked))
+        distinct, copied = distinct_rankings(
+            [[item for item in scored if item[0] in details] for scored, _ in rankings.values()],
             lambda chunk_id: details[chunk_id].text,
             depth,
         )
+        kept = {
+            ranking: (scored, weight)
+            for (ranking, (_asked, weight)), scored in zip(rankings.items(), distinct, strict=True)
+        }
 
         def document_of(chunk_id: int) -> str:
             return details[chunk_id].document_id
 
-        ranked = _fused(result.mode, lexical, vector, weight)
+        ranked = _fused(result.mode, kept)
         ranked, copied = named_in_shown_documents(ranked, copied, document_of)
         copies = {chunk: [details[c] for c in others] for chunk, others in copied.items()}
         ranked, reranked = _reranked(kb, text, ranked, details, result)
-        if per_document:
+        if request.per_document:
             ranked = best_per_document(ranked, document_of)
         else:
             ranked = discount_repeats(ranked, document_of, REPEAT_DISCOUNT, reranked)
-        shown = [(details[hit[0]], hit, copies.get(hit[0], [])) for hit in ranked]
-        result.hits = _hits(conn, shown, limit, query, context)
+        shown = [(details[hit.chunk], hit, copies.get(hit.chunk, [])) for hit in ranked]
+        result.hits = _hits(conn, shown, request.limit, query, request.context)
     return result
 
 
 def _rankings(
-    kb: Kb, conn, text: str, query: Query, depth: int, scope: Scope, result: SearchResult
-) -> tuple[list[Scored], list[Scored], float]:
-    """The words ranking, the meaning ranking, or both, each COPIES_DEPTH times `depth`
-    deep, and the meaning ranking's weight in the fusion. A meaning ranking that counts
-    for nothing in the fusion (weight 0) is only asked when words found none."""
+    kb: Kb,
+    conn: Connection,
+    text: str,
+    query: Query,
+    depth: int,
+    scope: Scope,
+    result: SearchResult,
+) -> Weighed:
+    """The words ranking and the meaning ranking, each COPIES_DEPTH times `depth` deep
+    (empty where the mode does not ask for it), with their weights in the fusion. A
+    meaning ranking that counts for nothing in the fusion (weight 0) is only asked when
+    words found none."""
     weight = 0.0
     embedder = kb.embedder
-    if result.mode == "hybrid" and embedder is not None:  # hybrid needs an embedder
+    if result.mode == SearchMode.HYBRID and embedder is not None:  # hybrid needs one
         configured = kb.settings.vector_weight
         weight = embedder.fusion_weight[script_of(text)] if configured is None else configured
     asked = depth * COPIES_DEPTH
     lexical: list[Scored] = []
-    if result.mode != "vector" and query.terms:
-        lexical = queries.lexical_ranking(conn, query.terms, query.phrases, asked, scope)
+    if result.mode != SearchMode.VECTOR and query.terms:
+        lexical = kb.lexical.ranking(conn, query.terms, query.phrases, asked, scope)
     vector: list[Scored] = []
-    if result.mode == "vector" or (result.mode == "hybrid" and (weight > 0 or not lexical)):
+    if result.mode == SearchMode.VECTOR or (
+        result.mode == SearchMode.HYBRID and (weight > 0 or not lexical)
+    ):
         vector = _vector_ranking(kb, conn, text, query, asked, scope, result)
-    return lexical, vector, weight
+    return {Ranking.LEXICAL: (lexical, 1.0), Ranking.VECTOR: (vector, weight)}
 
 
-def _fused(mode: str, lexical: list[Scored], vector: list[Scored], weight: float) -> list[Hit]:
-    """Both rankings fused (hybrid), or the one that ran as hits."""
-    if mode == "hybrid":
-        return fuse(lexical, vector, weight)
-    return single(lexical, lexical=True) if lexical else single(vector, lexical=False)
+def _fused(mode: SearchMode, rankings: Weighed) -> list[Hit]:
+    """Every ranking fused (hybrid), or the one that ran as hits."""
+    if mode == SearchMode.HYBRID:
+        return fuse(rankings)
+    lexical, _weight = rankings[Ranking.LEXICAL]
+    if lexical:
+        return single(Ranking.LEXICAL, lexical)
+    return single(Ranking.VECTOR, rankings[Ranking.VECTOR][0])
 
 
 def _reranked(
-    kb: Kb, text: str, ranked: list[Hit], details, result: SearchResult
+    kb: Kb, text: str, ranked: list[Hit], details: dict[int, ChunkDetail], result: SearchResult
 ) -> tuple[list[Hit], int]:
     """The first KB_RERANK_DEPTH candidates in the reranker's order, and how many it
     scored; a reranker that fails leaves the order as it was, with a warning."""
@@ -164,7 +192,9 @@ def _reranked(
     if reranker is None or not ranked:
         return ranked, 0
     head = ranked[: kb.settings.rerank.depth]
-    passages = [contextual_text(details[hit[0]].context, details[hit[0]].text) for hit in head]
+    passages = [
+        contextual_text(details[hit.chunk].context, details[hit.chunk].text) for hit in head
+    ]
     try:
         scores = reranker.rerank(text, passages)
     except (ProviderUnavailable, ProviderRejected) as error:
@@ -174,32 +204,39 @@ def _reranked(
 
 
 def _vector_ranking(
-    kb, conn, text: str, query: Query, depth: int, scope: Scope, result: SearchResult
-):
+    kb: Kb,
+    conn: Connection,
+    text: str,
+    query: Query,
+    depth: int,
+    scope: Scope,
+    result: SearchResult,
+) -> list[Scored]:
     """Published chunks embedded by the configured model, most similar first, above
     the similarity floor. A provider that fails turns hybrid into lexical, with a
     warning; `--mode vector` reports the failure."""
     embedder = kb.embedder
+    assert embedder is not None  # search refused a mode that needs one without it
     try:
         query_vector = embedder.embed_query(text)
     except (ProviderUnavailable, ProviderRejected) as error:
-        if result.mode == "vector":
+        if result.mode == SearchMode.VECTOR:
             raise
-        result.mode = "lexical"
+        result.mode = SearchMode.LEXICAL
         result.warnings.append(f"{error.message}; searched by words only")
         return []
     ranked = kb.vectors.nearest(
         conn, embedder.model, query_vector, depth, scope, kb.settings.vector_floor
     )
     if query.phrases:
-        containing = queries.phrase_chunk_ids(conn, query.phrases, scope)
+        containing = chunks_with_phrases(conn, query.phrases, scope)
         ranked = [item for item in ranked if item[0] in containing]
     return ranked
 
 
 def _hits(
-    conn,
-    ranked: list[tuple[queries.ChunkDetail, Hit, list[queries.ChunkDetail]]],
+    conn: Connection,
+    ranked: list[tuple[ChunkDetail, Hit, list[ChunkDetail]]],
     limit: int,
     query: Query,
     context: int,
@@ -211,12 +248,12 @@ def _hits(
     hits: list[SearchHit] = []
     covered: set[tuple[str, int, int]] = set()  # (document, revision, chunk index)
     shown: dict[tuple[str, int, int], str] = {}  # the same key: the text shown
-    for row, (_chunk, score, lexical_rank, vector_rank), copies in ranked:
+    for row, ranked_hit, copies in ranked:
         if len(hits) == limit:
             break
         if (row.document_id, row.revision, row.chunk_index) in covered:
             continue
-        hit = _hit(row, score, lexical_rank, vector_rank, query, copies)
+        hit = _hit(row, ranked_hit, query, copies)
         if _repeats_a_neighbour(hit, shown):
             continue
         if context:
@@ -242,34 +279,32 @@ def _repeats_a_neighbour(hit: SearchHit, shown: dict[tuple[str, int, int], str])
     return False
 
 
-def _hit(
-    row, score: float, lexical_rank, vector_rank, query: Query, copies: list[queries.ChunkDetail]
-) -> SearchHit:
-    also_in: dict[str, str] = {}
+def _hit(row: ChunkDetail, ranked: Hit, query: Query, copies: list[ChunkDetail]) -> SearchHit:
+    also_in: dict[str, AlsoIn] = {}
     for copy in copies:
         if copy.document_id != row.document_id:
-            also_in.setdefault(copy.document_id, copy.filename)
+            also_in.setdefault(copy.document_id, AlsoIn(copy.document_id, copy.filename))
     return SearchHit(
         document_id=row.document_id,
         base=row.base,
         filename=row.filename,
         revision=row.revision,
         chunk_index=row.chunk_index,
-        score=round(score, 6),
+        score=round(ranked.score, 6),
         text=row.text,
-        lexical_rank=lexical_rank,
-        vector_rank=vector_rank,
+        lexical_rank=ranked.rank(Ranking.LEXICAL),
+        vector_rank=ranked.rank(Ranking.VECTOR),
         page=row.page,
         heading=row.heading,
         snippet=snippet(row.text, query),
         content_type=row.content_type,
-        also_in=[{"document_id": key, "filename": name} for key, name in also_in.items()],
+        also_in=list(also_in.values()),
     )
 
 
 def _passage(
-    conn, row: queries.ChunkDetail, context: int, covered: set[tuple[str, int, int]]
-) -> Sequence[queries.ChunkDetail | queries.PassageChunk]:
+    conn: Connection, row: ChunkDetail, context: int, covered: set[tuple[str, int, int]]
+) -> Sequence[ChunkDetail | PassageChunk]:
     """The hit's chunk with its neighbours of the same section that no earlier passage
     holds, up to `context` on each side, contiguous. (On PostgreSQL a publish may
     delete the revision meanwhile: then the chunk alone, as the hit read it.)"""
@@ -280,7 +315,7 @@ def _passage(
     if at is None:
         return [row]
 
-    def joins(neighbour) -> bool:
+    def joins(neighbour: PassageChunk) -> bool:
         held = (row.document_id, row.revision, neighbour.chunk_index) in covered
         return not held and (neighbour.heading, neighbour.context) == (row.heading, row.context)
 

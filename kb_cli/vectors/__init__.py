@@ -1,17 +1,22 @@
 """Finding the published chunks nearest a query vector: the `VectorIndex` protocol, and
-the index this knowledge base's settings and engine call for. Every implementation
-returns only chunks of published revisions in the caller's scope: an index may propose
-candidates, the database decides what may be seen."""
+the index this knowledge base's engine calls for. Beside kb_cli/lexical/, which ranks
+by words. Every implementation returns only chunks of published revisions in the
+caller's scope: an index may propose candidates, the database decides what may be seen.
+
+The protocol is all that the search, the worker, `kb doctor` and `kb reindex` know of
+an index: what it finds, what a chunk write keeps beside each vector for it, how it
+catches up after chunks are written, what is wrong with it, and how it is built anew.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from kb_cli import queries
-from kb_cli.db import Connection
-from kb_cli.embeddings import from_blobs
+from kb_cli.db import Connection, Database
 from kb_cli.permissions import Scope
-from kb_cli.ranking import Scored, top_similar
+from kb_cli.ranking import Scored
+from kb_cli.records import BuildReport, IndexProblem
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,24 +39,32 @@ class VectorIndex(Protocol):
         `floor`, best first; ties by chunk id."""
         ...
 
+    def beside(self, conn: Connection, vectors: Sequence[bytes | None]) -> dict[str, list[object]]:
+        """The columns a write of chunks with these stored vectors (None: no vector)
+        fills for the index in the same statement, each a value per chunk, in `conn`'s
+        transaction: none for an index kept outside the chunk rows."""
+        ...
 
-class ExactScan:
-    """Reads every published vector in scope and ranks them all: exact, and linear in
-    the size of the scope."""
+    def refresh(self, db: Database, model: str) -> None:
+        """After chunks were written, with no transaction open: bring the index of
+        `model` up to date when it is due. Skipped while another process does; a
+        failure leaves search to read every vector until a later refresh."""
+        ...
 
-    def nearest(
-        self,
-        conn: Connection,
-        model: str,
-        query: np.ndarray,
-        depth: int,
-        scope: Scope,
-        floor: float,
-    ) -> list[Scored]:
-        chunk_ids, blobs = queries.published_vectors(conn, model, len(query), scope)
-        if not chunk_ids:
-            return []
-        return top_similar(chunk_ids, from_blobs(blobs, len(query)), query, floor, depth)
+    def notes(self, conn: Connection) -> list[str]:
+        """What an operator could do, outside kb, for search to stop reading every
+        vector (a database extension to install), as `kb doctor` says it."""
+        ...
+
+    def problems(self, db: Database, model: str) -> list[IndexProblem]:
+        """The vectors of `model` that the index cannot serve now, although it should."""
+        ...
+
+    def rebuild(self, db: Database, model: str, dims: Sequence[int] = ()) -> list[BuildReport]:
+        """Write the index of `model` anew from the database, at each of `dims` (every
+        dimension it has vectors in when none is given); waits for another process
+        writing it. UsageError where the database indexes vectors itself."""
+        ...
 
 
 def make_vector_index(settings: Settings) -> VectorIndex:
@@ -61,9 +74,7 @@ def make_vector_index(settings: Settings) -> VectorIndex:
     if settings.is_sqlite:
         from kb_cli.vectors.signfile import SignFileIndex, directory_for
 
-        return SignFileIndex(directory_for(settings), ExactScan().nearest)
-    if settings.database_url.startswith("postgresql"):
-        from kb_cli.vectors.pgvector import PgVectorIndex
+        return SignFileIndex(directory_for(settings), settings.vector_index_min_chunks)
+    from kb_cli.vectors.pgvector import PgVectorIndex
 
-        return PgVectorIndex(ExactScan().nearest)
-    return ExactScan()
+    return PgVectorIndex()

@@ -27,24 +27,23 @@ import mmap
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kb_cli import queries
 from kb_cli.db import Connection, Database
 from kb_cli.embeddings import VECTOR_DTYPE, from_blobs
 from kb_cli.permissions import Scope
 from kb_cli.ranking import Scored, top_similar
+from kb_cli.records import BuildReport, IndexProblem
+from kb_cli.vectors import stored
+from kb_cli.vectors.stored import Nearest
 
 if TYPE_CHECKING:
     import numpy as np
 
     from kb_cli.config import Settings
-
-# What the search falls back to: the exact scan (kb_cli/vectors/__init__.py).
-Nearest = Callable[[Connection, str, "np.ndarray", int, Scope, float], list[Scored]]
 
 MAGIC, END = b"KBVECIX1", b"KBVECEND"
 ALIGN = 64
@@ -65,14 +64,13 @@ CHECK_BOUND_PER_RESULT = 64
 ROUNDING = 0.01
 READ_BATCH = 20_000  # vectors per statement while building
 # The worker folds newer chunks into the index once this many wait in the delta (it
-# looks after its first task, then at most every FOLD_CHECK_SECONDS), or this share of
-# the index in a larger one: a fold rewrites the whole file (550 MB at 1M chunks), so
+# looks after its first task, then every few seconds: kb_cli/worker/loop.py), or
+# this share of the index in a larger one: a fold rewrites the whole file (550 MB at 1M chunks), so
 # in a growing base folds come as often as its size allows, and each chunk written pays
 # a bounded cost for them, where every 5,000 chunks cost a rewrite of 1M; a search
 # scans at most that share of the base exactly meanwhile ...
 FOLD_CHUNKS = 5_000
 FOLD_SHARE = 0.02
-FOLD_CHECK_SECONDS = 5.0
 # ... and writes the index anew instead when more than this share of what it would
 # hold is gone from the database (deleted documents, superseded revisions).
 GONE_SHARE = 0.25
@@ -158,7 +156,7 @@ class LoadedIndex:
         return np.frombuffer(data, dtype=VECTOR_DTYPE).reshape(len(positions), self.header.dim)
 
     def current(self, conn: Connection) -> bool:
-        marks = queries.index_marks(conn, self.header.watermark)
+        marks = stored.index_marks(conn, self.header.watermark)
         return (marks.database_id, marks.epoch, marks.anchor) == (
             self.header.database_id,
             self.header.epoch,
@@ -193,10 +191,15 @@ class LoadedIndex:
 
 
 class SignFileIndex:
-    """The `VectorIndex` of a SQLite home (kb_cli/vectors/__init__.py)."""
+    """The `VectorIndex` of a SQLite home (kb_cli/vectors/__init__.py): the index files
+    of `directory`, built by the worker once a model has `min_chunks` vectors; where a
+    file cannot answer, `fallback` does (the exact scan)."""
 
-    def __init__(self, directory: Path, fallback: Nearest) -> None:
+    def __init__(
+        self, directory: Path, min_chunks: int, fallback: Nearest = stored.exact_nearest
+    ) -> None:
         self.directory = directory
+        self.min_chunks = min_chunks
         self.fallback = fallback
         self._loaded: dict[Path, LoadedIndex] = {}
 
@@ -215,7 +218,7 @@ class SignFileIndex:
         found = _candidates(conn, index, model, query, depth, scope, floor)
         if found is None:  # the scope keeps too few of the nearest: it is small
             return self.fallback(conn, model, query, depth, scope, floor)
-        delta_ids, delta_blobs = queries.published_vectors(
+        delta_ids, delta_blobs = stored.published_vectors(
             conn, model, len(query), scope, after=index.header.watermark
         )
         # By id: a damaged file may name a chunk of the delta too.
@@ -225,6 +228,37 @@ class SignFileIndex:
         return top_similar(
             list(vectors), from_blobs(list(vectors.values()), len(query)), query, floor, depth
         )
+
+    def beside(self, conn: Connection, vectors: Sequence[bytes | None]) -> dict[str, list[object]]:
+        return {}  # the index is files of its own, beside the database
+
+    def refresh(self, db: Database, model: str) -> None:
+        with contextlib.suppress(OSError):  # a full disk: the index waits for space
+            fold_if_due(db, self.directory, model, self.min_chunks)
+
+    def notes(self, conn: Connection) -> list[str]:
+        return []
+
+    def problems(self, db: Database, model: str) -> list[IndexProblem]:
+        """An index that is not current for a model with at least `min_chunks`
+        vectors (KB_VECTOR_INDEX_MIN_CHUNKS) of a dimension."""
+        return [
+            IndexProblem(
+                state.model,
+                state.dim,
+                f"the vector index of {state.model} ({state.vectors} vectors) is "
+                f"{state.state}: search reads every vector",
+            )
+            for state in states(db, self.directory, model)
+            if state.state != "current" and state.vectors >= self.min_chunks
+        ]
+
+    def rebuild(self, db: Database, model: str, dims: Sequence[int] = ()) -> list[BuildReport]:
+        if not dims:
+            with db.read() as conn:
+                dims = stored.embedding_dims(conn, model)
+        with writing(self.directory, wait=True):
+            return [build(db, self.directory, model, dim, incremental=False) for dim in dims]
 
     def open(self, model: str, dim: int) -> LoadedIndex | None:
         """The index file of (model, dim), mapped once per process and again when the
@@ -268,7 +302,7 @@ def _candidates(
         if checked >= CHECK_BOUND_PER_RESULT * depth:
             return None
         batch = positions[checked : checked + step]
-        found_ids, found_blobs = queries.published_vectors(
+        found_ids, found_blobs = stored.published_vectors(
             conn, model, len(query), scope, among=index.ids[batch].tolist()
         )
         ids += found_ids
@@ -313,20 +347,6 @@ def _aligned(offset: int) -> int:
 # --- building ------------------------------------------------------------------------
 
 
-@dataclass
-class BuildReport:
-    model: str
-    dim: int
-    chunks: int  # in the index
-    added: int  # read from the database by this build
-    watermark: int
-    path: str
-    bytes: int
-
-    def to_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
-
-
 class IndexBusy(Exception):
     """Another process is writing this home's vector index."""
 
@@ -361,8 +381,8 @@ def build(
         if previous is not None and not previous.current(conn):
             previous = None
         after = previous.header.watermark if previous is not None else 0
-        watermark = queries.newest_chunk_id(conn)
-        marks = queries.index_marks(conn, watermark)
+        watermark = stored.newest_chunk_id(conn)
+        marks = stored.index_marks(conn, watermark)
         new_ids, new_vectors = _read_vectors(conn, model, dim, after, watermark)
     ids = [new_ids]
     halves = [new_vectors]
@@ -387,7 +407,7 @@ def _read_vectors(
 
     id_parts, vector_parts = [np.zeros(0, dtype="<i8")], [np.zeros((0, dim), VECTOR_DTYPE)]
     while True:
-        ids, blobs = queries.vectors_between(conn, model, dim, after, upto, READ_BATCH)
+        ids, blobs = stored.vectors_between(conn, model, dim, after, upto, READ_BATCH)
         if not ids:
             break
         id_parts.append(np.asarray(ids, dtype="<i8"))
@@ -451,19 +471,19 @@ def fold_if_due(db: Database, directory: Path, model: str, min_chunks: int) -> b
     `min_chunks` such vectors; fold the delta in when it is due (fold_due). Skipped
     when another process is writing it. Whether it built anything."""
     with db.read() as conn:
-        dim = queries.newest_dim(conn, model)
+        dim = stored.newest_dim(conn, model)
         if dim is None:
             return False
         index = read_index(index_path(directory, model, dim))
         incremental = True
         if index is not None and index.current(conn):
-            delta = queries.count_vectors(conn, model, dim, index.header.watermark)
+            delta = stored.count_vectors(conn, model, dim, index.header.watermark)
             if not fold_due(delta, index.header.count):
                 return False
-            live = queries.count_vectors(conn, model, dim)
+            live = stored.count_vectors(conn, model, dim)
             incremental = index.header.count + delta <= (1 + GONE_SHARE) * live
-        elif queries.newest_chunk_id(conn) < min_chunks or (
-            queries.count_vectors(conn, model, dim) < min_chunks
+        elif stored.newest_chunk_id(conn) < min_chunks or (
+            stored.count_vectors(conn, model, dim) < min_chunks
         ):
             return False
     try:
@@ -478,18 +498,18 @@ def states(db: Database, directory: Path, model: str) -> list[IndexState]:
     """The index of each dimension `model` has vectors in."""
     found = []
     with db.read() as conn:
-        for dim in queries.embedding_dims(conn, model):
-            vectors = queries.count_vectors(conn, model, dim)
+        for dim in stored.embedding_dims(conn, model):
+            vectors = stored.count_vectors(conn, model, dim)
             path = index_path(directory, model, dim)
             index = read_index(path) if path.exists() else None
             state, delta = "missing" if not path.exists() else "damaged", 0
             if index is not None:
-                marks = queries.index_marks(conn, index.header.watermark)
+                marks = stored.index_marks(conn, index.header.watermark)
                 if marks.database_id != index.header.database_id:
                     state = "foreign"
                 elif index.current(conn):
                     state = "current"
-                    delta = queries.count_vectors(conn, model, dim, index.header.watermark)
+                    delta = stored.count_vectors(conn, model, dim, index.header.watermark)
                 else:
                     state = "stale"
             found.append(IndexState(model, dim, vectors, state, delta))

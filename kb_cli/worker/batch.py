@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from kb_cli.chunking import ChunkText
 from kb_cli.embeddings import Embedder
 from kb_cli.lifecycle import Stage
+from kb_cli.records import NewChunk
 from kb_cli.worker.claim import Claim, Written, complete_together
 from kb_cli.worker.pipeline import Pipeline, Reporter, embed_texts, embedding_texts
 
@@ -46,7 +47,7 @@ class Member:
     pipeline: Pipeline
     chunks: list[ChunkText] = field(default_factory=list)
     vectors: list[bytes | None] = field(default_factory=list)
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[NewChunk] = field(default_factory=list)
     ended: bool = False  # its attempt ended early (failed, released, lost)
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar, Unpack
+from typing import TypeVar, Unpack
 
 from kb_cli import artefacts, queries
 from kb_cli.app import Kb
@@ -25,7 +25,7 @@ from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
 from kb_cli.lifecycle import DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.queries import TaskChanges
-from kb_cli.records import DocumentRow, TaskRow
+from kb_cli.records import DocumentRow, NewChunk, TaskRow
 from kb_cli.transitions import (
     FRESH_RUN,
     Events,
@@ -363,7 +363,7 @@ class Claim:
         if not renewed:
             self.lost.set()
 
-    def store_chunks(self, rows: list[dict[str, Any]], done: int, total: int) -> None:
+    def store_chunks(self, rows: list[NewChunk], done: int, total: int) -> None:
         """One batch of chunk rows ahead of the completion, with the progress that
         checks the claim, in one transaction."""
 
@@ -371,11 +371,15 @@ class Claim:
             self._may_have_chunks = True
             with self.kb.db.write() as conn:
                 self._write_progress(conn, Stage.INDEXING, done, total)
-                queries.insert_chunks(
-                    conn, self.task.document_id, self.task.revision, self.task.id, rows
-                )
+                self._insert_chunks(conn, rows)
 
         self._retrying(write)
+
+    def _insert_chunks(self, conn: Connection, rows: list[NewChunk]) -> None:
+        """A batch of this task's chunks, with what its vector index keeps beside them."""
+        task = self.task
+        beside = self.kb.vectors.beside(conn, [row.embedding for row in rows])
+        queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows, beside)
 
     def purge_chunks(self) -> None:
         """Delete the chunks of this task's revision (an unpublished one: only a new
@@ -491,7 +495,7 @@ class Claim:
 
     # --- endings ---------------------------------------------------------------------
 
-    def complete(self, rows: list[dict[str, Any]]) -> TaskRow:
+    def complete(self, rows: list[NewChunk]) -> TaskRow:
         """The last batch of chunks, task and document in one short transaction that
         makes all the chunks the task's result; the claim is checked in it."""
         [finished] = complete_together([(self, rows)])
@@ -500,7 +504,7 @@ class Claim:
         return finished
 
     def _complete_in(
-        self, conn: Connection, rows: list[dict[str, Any]], events: Events
+        self, conn: Connection, rows: list[NewChunk], events: Events
     ) -> TaskRow | None:
         """This task's completion in the caller's transaction: its task, the last batch
         of its chunks and its document; None (nothing written) when the claim is lost."""
@@ -516,7 +520,7 @@ class Claim:
         )
         if finished is None:
             return None
-        queries.insert_chunks(conn, task.document_id, task.revision, task.id, rows)
+        self._insert_chunks(conn, rows)
         # The chunks are the result now; nothing retries a succeeded task. Only a claim
         # that saw (or wrote) a kept parse has one to delete: no other claim writes one.
         if self._kept_parse:
@@ -628,7 +632,7 @@ class Claim:
         )
 
 
-def complete_together(done: list[tuple[Claim, list[dict[str, Any]]]]) -> list[TaskRow | None]:
+def complete_together(done: list[tuple[Claim, list[NewChunk]]]) -> list[TaskRow | None]:
     """Complete the tasks of several claims (each with the last batch of its chunks) in
     one short transaction, their events written together: one statement per table
     instead of one per event. Each task is moved on its own claim, as if alone: one

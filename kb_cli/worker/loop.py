@@ -38,6 +38,8 @@ from kb_cli.worker.pipeline import Pipeline, describe_error, error_detail
 # A due time that has just passed is not claimable in the same microsecond (leases
 # expire strictly after their stamp): look again a moment later, not in a tight loop.
 MIN_WAIT_SECONDS = 0.01
+# How often, at most, a worker lets the vector index catch up with the chunks written.
+REFRESH_SECONDS = 5.0
 T = TypeVar("T")
 
 
@@ -352,7 +354,7 @@ class Worker:
         if record is not None:
             self.listener.finished(record)
             if record.status == TaskStatus.SUCCEEDED:
-                self._fold_vectors()
+                self._refresh_vectors()
         return record
 
     def execute_together(self, claims: list[Claim]) -> list[WorkResult]:
@@ -394,7 +396,7 @@ class Worker:
                     self.listener.finished(record)
                 results.append(WorkResult(True, self.options.worker_id, claim.task.id, record))
         if any(r.task is not None and r.task.status == TaskStatus.SUCCEEDED for r in results):
-            self._fold_vectors()
+            self._refresh_vectors()
         return results
 
     def _final_record(self, claim: Claim) -> TaskRecord | None:
@@ -406,29 +408,19 @@ class Worker:
         # ... and None when its document was deleted since: no task to show
         return None if final is None else TaskRecord.from_row(final)
 
-    def _fold_vectors(self) -> None:
-        """After a task's chunks are committed, with no transaction open: build or
-        extend the SQLite home's vector index when it is due (kb_cli/vectors/signfile.py).
-        A failure here fails no task: search scans exactly until the index is current."""
-        settings = self.kb.settings
-        if not settings.is_sqlite or self.kb.embedder is None:
+    def _refresh_vectors(self) -> None:
+        """After a task's chunks are committed, with no transaction open: let the vector
+        index catch up with them when it is due (VectorIndex.refresh). A failure there
+        fails no task: search reads every vector until the index is current."""
+        if self.kb.embedder is None:
             return
-        from kb_cli.vectors.signfile import FOLD_CHECK_SECONDS, directory_for, fold_if_due
-
         # After its first task, then at most every few seconds: a drain of thousands of
         # tiny documents pays for the look once in a while, not once a task.
         now = time.monotonic()
-        if self._vectors_checked is not None and now - self._vectors_checked < FOLD_CHECK_SECONDS:
+        if self._vectors_checked is not None and now - self._vectors_checked < REFRESH_SECONDS:
             return
         self._vectors_checked = now
-
-        with contextlib.suppress(OSError):  # a full disk: the index waits for space
-            fold_if_due(
-                self.kb.db,
-                directory_for(settings),
-                self.kb.embedder.model,
-                settings.vector_index_min_chunks,
-            )
+        self.kb.vectors.refresh(self.kb.db, self.kb.embedder.model)
 
     def _run_attempt(self, claim: Claim) -> None:
         """The stages and the ending of one attempt; ActorDisabled goes to the caller,

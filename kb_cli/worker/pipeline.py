@@ -16,7 +16,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from kb_cli import artefacts
 from kb_cli.app import Kb
@@ -34,7 +34,7 @@ from kb_cli.errors import (
     WorkerInterrupt,
 )
 from kb_cli.lifecycle import ErrorCode, Stage
-from kb_cli.records import DocumentRow
+from kb_cli.records import DocumentRow, NewChunk
 from kb_cli.textsearch import count_words, index_terms
 
 DETAIL_LIMIT = 500
@@ -61,7 +61,7 @@ class ChunkSink(Protocol):
     batch: int
 
     def purge_chunks(self) -> None: ...
-    def store_chunks(self, rows: list[dict[str, Any]], done: int, total: int) -> None: ...
+    def store_chunks(self, rows: list[NewChunk], done: int, total: int) -> None: ...
     def saved_parse(self, parser_key: str) -> bytes | None: ...
     def save_parse(self, parser_key: str, chunks: list[ChunkText]) -> None: ...
 
@@ -114,7 +114,7 @@ class Pipeline:
         self.model: str | None = None  # of the vectors this attempt made
         self.dim: int | None = None
 
-    def run(self, document: DocumentRow | None, document_id: str) -> list[dict[str, Any]]:
+    def run(self, document: DocumentRow | None, document_id: str) -> list[NewChunk]:
         chunks = self.chunks_of(document, document_id)
         return self.index(chunks, self.embed(chunks))
 
@@ -261,7 +261,7 @@ class Pipeline:
         self.model = embedder.model
         return blobs
 
-    def index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> list[dict[str, Any]]:
+    def index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> list[NewChunk]:
         """The chunk rows (text, words for the lexical index, vector). Every batch but
         the last goes to the sink here; the last (at most a batch, so a small document
         costs one transaction) is returned, for the completion."""
@@ -281,7 +281,7 @@ class Pipeline:
 
     def _rows(
         self, chunks: list[ChunkText], vectors: list[bytes | None], start: int, batch: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[NewChunk]:
         end = start + batch
         return [
             chunk_row(chunk, vector, self.model, self.dim)
@@ -310,19 +310,19 @@ def embed_texts(embedder: Embedder, texts: list[str]) -> tuple[list[bytes | None
 
 def chunk_row(
     chunk: ChunkText, vector: bytes | None, model: str | None, dim: int | None
-) -> dict[str, Any]:
+) -> NewChunk:
     """A chunk as `queries.insert_chunks` writes it: its text, its words for the index,
     and its vector (None: embeddings off)."""
     terms = index_terms(contextual_text(chunk.context, chunk.text))
-    return {
-        "chunk_index": chunk.index,
-        "text": chunk.text,
-        "page": chunk.page,
-        "heading": chunk.heading and chunk.heading[:500],
-        "context": chunk.context or None,
-        "terms": terms,
-        "term_count": count_words(terms),
-        "embedding": vector,
-        "embedding_model": vector and model,
-        "embedding_dim": vector and dim,
-    }
+    return NewChunk(
+        chunk_index=chunk.index,
+        text=chunk.text,
+        page=chunk.page,
+        heading=chunk.heading and chunk.heading[:500],
+        context=chunk.context or None,
+        terms=terms,
+        term_count=count_words(terms),
+        embedding=vector,
+        embedding_model=model if vector is not None else None,
+        embedding_dim=dim if vector is not None else None,
+    )

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from kb_cli.ranking import SearchMode
 from kb_cli.services import doctor, removal, tasks
 from kb_cli.services import documents as docs
 from kb_cli.services import search as search_service
@@ -84,7 +85,8 @@ def test_search_never_serves_a_chunk_of_a_document_deleted_while_a_worker_runs(k
         thread.join(30)
         assert not thread.is_alive()
         assert leftovers(task.document_id) == {"documents": 0, "chunks": 0, "ingestion_tasks": 0}
-        assert search_service.search(kb, f"osprey{race}", 10, "lexical").hits == []
+        request = search_service.SearchRequest(f"osprey{race}", mode=SearchMode.LEXICAL)
+        assert search_service.search(kb, request).hits == []
     assert doctor.check(kb).ok
 
 

@@ -15,8 +15,8 @@ import pytest
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
 from kb_cli.permissions import Scope
-from kb_cli.vectors import ExactScan
 from kb_cli.vectors.signfile import SignFileIndex, directory_for, index_path, read_index
+from kb_cli.vectors.stored import exact_nearest
 from tests.helpers import kb_env, sqlite_only, start_kb
 
 pytestmark = [sqlite_only, pytest.mark.slow]
@@ -53,7 +53,7 @@ def test_a_writer_killed_mid_write_leaves_a_usable_index(invoke, tmp_path):
     before = path.read_bytes()
     assert kb.embedder is not None
     query = kb.embedder.embed_query("how do I register a blueprint")
-    index = SignFileIndex(directory, ExactScan().nearest)
+    index = SignFileIndex(directory, 0)
     caught = 0
     for _attempt in range(4):
         caught += _killed_while_writing(directory)
@@ -62,7 +62,7 @@ def test_a_writer_killed_mid_write_leaves_a_usable_index(invoke, tmp_path):
         with kb.db.read() as conn:
             assert loaded.current(conn)
             found = index.nearest(conn, MODEL, query, 50, Scope(None), 0.2)
-            exact = ExactScan().nearest(conn, MODEL, query, 50, Scope(None), 0.2)
+            exact = exact_nearest(conn, MODEL, query, 50, Scope(None), 0.2)
         assert [chunk for chunk, _ in found[:10]] == [chunk for chunk, _ in exact[:10]]
     assert caught, "no kill landed while the file was being written"
     assert invoke("reindex", "--vectors", "--json").code == 0  # the dead writer's lock is free

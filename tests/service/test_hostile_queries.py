@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from kb_cli.app import Kb
 from kb_cli.errors import UsageError
-from kb_cli.services.search import MODES, search
+from kb_cli.ranking import SearchMode
+from kb_cli.services.search import SearchRequest, search
 from tests.helpers import hostile_queries
 
 TEXTS = {
@@ -35,11 +36,13 @@ def knowledge(invoke, kb, tmp_path) -> Kb:
 
 def test_empty_phrases_and_control_characters_are_no_crash_in_any_mode(knowledge):
     kb = knowledge
-    for mode in MODES:
+    for mode in SearchMode:
         for text in ('""', 'invoices ""', "budget “” review", "「」", '"in\x00voices"', "\x00"):
-            search(kb, text, mode=mode)
-        assert search(kb, 'budget "" review', mode=mode).hits
-        assert search(kb, '"budget\x00"', mode=mode).hits  # a control character is a space
+            search(kb, SearchRequest(text, mode=mode))
+        assert search(kb, SearchRequest('budget "" review', mode=mode)).hits
+        assert search(
+            kb, SearchRequest('"budget\x00"', mode=mode)
+        ).hits  # a control character is a space
 
 
 # No shrinking: a failure is reported at once instead of after a long minimisation.
@@ -52,10 +55,11 @@ def test_empty_phrases_and_control_characters_are_no_crash_in_any_mode(knowledge
 @given(data=st.data())
 def test_property_any_query_is_answered_or_refused_as_usage(knowledge, data):
     text = data.draw(hostile_queries(), label="text")
-    mode = data.draw(st.sampled_from(MODES), label="mode")
+    mode = data.draw(st.sampled_from(list(SearchMode)), label="mode")
     base = data.draw(st.sampled_from([None, "default"]), label="base")
     try:
-        result = search(knowledge, text, mode=mode, base=base, per_document=True, context=1)
+        request = SearchRequest(text, mode=mode, per_document=True, base=base, context=1)
+        result = search(knowledge, request)
     except UsageError:
         return
     assert len(result.hits) <= 10

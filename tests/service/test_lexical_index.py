@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from kb_cli.engines import postgresql
+from kb_cli.lexical import tsvector
 from kb_cli.metadata import MetaFilter
 from kb_cli.permissions import Scope
 from kb_cli.textsearch import parse_query
@@ -97,7 +96,7 @@ def test_the_chunk_counts_follow_ingestion_moves_and_deletes(corpus, enter_home,
 def _ranked(kb: Kb, question: str, scope: Scope) -> list[tuple[int, float]]:
     query = parse_query(question)
     with kb.db.read() as conn:
-        return queries.lexical_ranking(conn, query.terms, query.phrases, DEPTH, scope)
+        return kb.lexical.ranking(conn, query.terms, query.phrases, DEPTH, scope)
 
 
 SCOPES = {
@@ -116,7 +115,7 @@ def test_rarest_words_first_is_the_full_ranking(corpus, enter_home, monkeypatch,
         full = _ranked(kb, question, scope)  # this corpus is under CANDIDATES: all scored
         assert full, question
         with monkeypatch.context() as small:
-            small.setattr(postgresql, "CANDIDATES", 100)
+            small.setattr(tsvector, "CANDIDATES", 100)
             found = _ranked(kb, question, scope)
         assert [chunk for chunk, _ in found] == [chunk for chunk, _ in full], question
         assert [score for _, score in found] == pytest.approx([score for _, score in full])
@@ -128,7 +127,7 @@ def test_a_question_of_common_words_only_ranks_the_first_chunks_holding_all(
     enter_home(corpus)
     kb = Kb.open(resolve_settings(), actor="tester", create=False)
     full = _ranked(kb, COMMON_WORDS, Scope())
-    monkeypatch.setattr(postgresql, "CANDIDATES", 40)
+    monkeypatch.setattr(tsvector, "CANDIDATES", 40)
     found = _ranked(kb, COMMON_WORDS, Scope())
     assert len(found) == DEPTH
     assert {chunk for chunk, _ in found} != {chunk for chunk, _ in full}  # where it gives way
@@ -149,7 +148,7 @@ def test_a_scoped_score_never_counts_a_base_out_of_scope(
 
     ids = enter_home(corpus, writes=True)
     kb = Kb.open(resolve_settings(), actor="tester", create=False)
-    monkeypatch.setattr(postgresql, "COUNTED", 10)  # so that every word is past it
+    monkeypatch.setattr(tsvector, "COUNTED", 10)  # so that every word is past it
     outsider = Scope(reader="outsider")  # not in the team of base "secret"
     db_execute("ANALYZE chunks")
     before = _ranked(kb, SOME_WORDS, outsider)

@@ -7,16 +7,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
 from kb_cli.metadata import MetaFilter
 from kb_cli.migrations import pgvector
 from kb_cli.permissions import Scope
-from kb_cli.vectors import ExactScan
-from kb_cli.vectors.pgvector import PgVectorIndex
+from kb_cli.vectors.pgvector import PgVectorIndex, indexes_vectors, nearest_by_index
+from kb_cli.vectors.stored import exact_nearest
 from tests.helpers import ON_POSTGRES
 
 pytestmark = pytest.mark.skipif(not ON_POSTGRES, reason="pgvector is PostgreSQL's")
@@ -86,13 +86,20 @@ def _nearest(kb: Kb, index, question: str, scope: Scope) -> list[tuple[int, floa
         return index.nearest(conn, kb.embedder.model, vector, DEPTH, scope, -1.0)
 
 
+def _exact(kb: Kb, question: str, scope: Scope) -> list[tuple[int, float]]:
+    """The exact scan's ranking: what the index must agree with."""
+    assert kb.embedder is not None
+    vector = kb.embedder.embed_query(question)
+    with kb.db.read() as conn:
+        return exact_nearest(conn, kb.embedder.model, vector, DEPTH, scope, -1.0)
+
+
 def test_the_index_finds_what_the_exact_scan_finds(home):
     kb, _ids = home
     assert isinstance(kb.vectors, PgVectorIndex)
-    exact = ExactScan()
     for question in QUESTIONS:
         found = _nearest(kb, kb.vectors, question, Scope())
-        truth = _nearest(kb, exact, question, Scope())
+        truth = _exact(kb, question, Scope())
         assert len(found) == DEPTH
         assert found[:10] == truth[:10], question  # same chunks, same scores, same order
 
@@ -100,11 +107,10 @@ def test_the_index_finds_what_the_exact_scan_finds(home):
 def test_the_search_statement_can_walk_the_hnsw_index(home):
     kb, _ids = home
     assert kb.embedder is not None
-    blob = bytes(256 * 2)  # any vector of the model's dimension
+    query = np.zeros(256, dtype=np.float32)  # any vector of the model's dimension
     with kb.db.read() as conn:
-        ids, _blobs = queries.nearest_by_index(
-            conn, kb.embedder.model, 256, blob, DEPTH, Scope(), 100
-        )
+        assert indexes_vectors(conn)
+        ids, _blobs = nearest_by_index(conn, kb.embedder.model, query, DEPTH, Scope(), 100)
         assert len(ids) == DEPTH  # from the index, not the exact fallback
         # Only the index gives chunks in that order without sorting them all; at this
         # size the planner would rather sort (at 100k it picks the index itself).

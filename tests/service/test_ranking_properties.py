@@ -4,15 +4,17 @@ in every mode, with and without --per-document and --context, on the test's engi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kb_cli.app import Kb
+from kb_cli.ranking import SearchMode
 from kb_cli.services.bases import create_base
 from kb_cli.services.documents import publish_document, upload_files
-from kb_cli.services.search import MODES, search
+from kb_cli.services.search import SearchRequest, search
 from kb_cli.worker import Worker, WorkerOptions
 
 WORDS = [
@@ -89,10 +91,9 @@ def test_property_scores_never_rise_down_a_result_list(kb, tmp_path, data):
     base = published_base(kb, tmp_path, data.draw(corpora(), label="corpus"))
     for _ in range(4):
         query = " ".join(data.draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)))
-        for mode, per_document, context in itertools.product(MODES, (False, True), (0, 1)):
-            hits = search(
-                kb, query, mode=mode, per_document=per_document, base=base, context=context
-            ).hits
+        for mode, per_document, context in itertools.product(SearchMode, (False, True), (0, 1)):
+            request = SearchRequest(query, mode=mode, per_document=per_document, base=base)
+            hits = search(kb, dataclasses.replace(request, context=context)).hits
             scores = [hit.score for hit in hits]
             assert scores == sorted(scores, reverse=True), (query, mode, per_document, scores)
             texts = [" ".join(hit.text.split()) for hit in hits]

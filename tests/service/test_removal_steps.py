@@ -7,10 +7,13 @@ import dataclasses
 
 import pytest
 
+from kb_cli.ranking import SearchMode
 from kb_cli.services import doctor, removal, search
 from kb_cli.services import documents as docs
 from kb_cli.worker import Worker, WorkerOptions
 from tests.helpers import db_rows, object_keys
+
+KESTREL = search.SearchRequest("kestrel", 5, SearchMode.LEXICAL)
 
 
 @pytest.mark.parametrize("done", range(len(removal.STEPS) + 1))
@@ -21,11 +24,11 @@ def test_a_delete_stopped_after_any_step_is_finished_by_repair(kb, tmp_path, kb_
     [task] = docs.upload_files(kb, [path], submit=True)
     list(Worker(kb, WorkerOptions(worker_id="w")).run())
     docs.publish_document(kb, task.document_id)
-    assert search.search(kb, "kestrel", 5, "lexical").hits
+    assert search.search(kb, KESTREL).hits
     removal.begin(kb, task.document_id)
     for step in removal.STEPS[:done]:
         step(kb, task.document_id)
-    assert search.search(kb, "kestrel", 5, "lexical").hits == []
+    assert search.search(kb, KESTREL).hits == []
     assert docs.list_document_records(kb) == []
     report = doctor.check(kb)
     if done < len(removal.STEPS):

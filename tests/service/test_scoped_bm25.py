@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb_cli.engines import sqlite
+from kb_cli.lexical import fts5
 from kb_cli.ranking import Corpus, best_scored, bm25
 from tests.helpers import sqlite_only
 
@@ -32,8 +32,8 @@ def test_scoped_bm25_of_the_whole_index_is_fts5s_bm25(invoke, kb, tmp_path, ques
         assert invoke("publish", line["document_id"]).code == 0
     terms = question.split()
     with kb.db.read() as conn:
-        native = sqlite.ranked_by_the_index(conn, terms, [], 10)
-        scoped = sqlite.ranked_in_scope(conn, terms, [], 10, "1 = 1", {})
+        native = fts5.ranked_by_the_index(conn, terms, [], 10)
+        scoped = fts5.ranked_in_scope(conn, terms, [], 10, "1 = 1", {})
     assert native, "the question matches some chunks"
     assert [chunk for chunk, _ in scoped] == [chunk for chunk, _ in native]
     for (_, mine), (_, theirs) in zip(scoped, native, strict=True):
@@ -62,15 +62,15 @@ def test_a_term_in_most_chunks_keeps_a_tiny_positive_weight():
 
 
 @sqlite_only
-@pytest.mark.parametrize("postings", [sqlite.EXACT_POSTINGS, 0], ids=["bm25", "rarest"])
+@pytest.mark.parametrize("postings", [fts5.EXACT_POSTINGS, 0], ids=["bm25", "rarest"])
 def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(
     invoke, kb, tmp_path, monkeypatch, postings
 ):
     """More unpublished chunks outrank the published one than the first window holds
     (WINDOW_PER_RESULT per result; RESCORED_PER_RESULT from the rarest words): the
     window grows until it finds it, on either path."""
-    monkeypatch.setattr(sqlite, "EXACT_POSTINGS", postings)
-    drafts = sqlite.WINDOW_PER_RESULT * sqlite.WINDOW_GROWTH + 3
+    monkeypatch.setattr(fts5, "EXACT_POSTINGS", postings)
+    drafts = fts5.WINDOW_PER_RESULT * fts5.WINDOW_GROWTH + 3
     for i in range(drafts):
         (tmp_path / f"draft{i}.txt").write_text(f"Invoices invoices invoices, draft {i}.")
     published = tmp_path / "published.txt"
@@ -83,7 +83,7 @@ def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(
     assert invoke("work", "--drain").code == 0
     assert invoke("publish", document).code == 0
     with kb.db.read() as conn:
-        ranked = sqlite.ranked_by_the_index(conn, ["invoices"], [], 1)
+        ranked = fts5.ranked_by_the_index(conn, ["invoices"], [], 1)
         published_id = conn.execute(
             "SELECT id FROM chunks WHERE document_id = :d", {"d": document}
         ).scalar()
@@ -93,7 +93,7 @@ def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(
     assert everything == drafts + 1
     assert [chunk for chunk, _score in ranked] == [published_id]
     with kb.db.read() as conn:  # a phrase no chunk holds: every match looked at, none kept
-        assert sqlite.ranked_by_the_index(conn, ["invoices"], ["no such phrase"], 1) == []
+        assert fts5.ranked_by_the_index(conn, ["invoices"], ["no such phrase"], 1) == []
 
 
 def _published_corpus(invoke, tmp_path) -> None:
@@ -114,12 +114,12 @@ def test_the_rarest_words_rank_their_candidates_with_bm25s_own_numbers(
     the chunks holding every word; each is scored on every word with the index's
     statistics, so it has the score bm25() gives it."""
     _published_corpus(invoke, tmp_path)
-    monkeypatch.setattr(sqlite, "EXACT_POSTINGS", 0)
-    monkeypatch.setattr(sqlite, "COMMON_CHUNKS", 1)
+    monkeypatch.setattr(fts5, "EXACT_POSTINGS", 0)
+    monkeypatch.setattr(fts5, "COMMON_CHUNKS", 1)
     terms = ["invoices", "retention", "policy", "travel"]
     with kb.db.read() as conn:
-        rarest = sqlite.ranked_by_the_index(conn, terms, [], 10)
-        exact = sqlite.ranked_by_bm25(conn, terms, [], 10)
+        rarest = fts5.ranked_by_the_index(conn, terms, [], 10)
+        exact = fts5.ranked_by_bm25(conn, terms, [], 10)
         holding_travel = set(
             conn.execute(
                 "SELECT rowid FROM chunks_terms WHERE chunks_terms MATCH 'travel'"
@@ -133,11 +133,11 @@ def test_the_rarest_words_rank_their_candidates_with_bm25s_own_numbers(
 
 
 def test_rare_words_choose_and_common_ones_join_while_too_few_chunks_are_chosen(monkeypatch):
-    monkeypatch.setattr(sqlite, "COMMON_CHUNKS", 100)
+    monkeypatch.setattr(fts5, "COMMON_CHUNKS", 100)
     frequency = {"flask": 3, "session": 90, "error": 5_000, "set": 9_000, "type": 8_000}
-    assert sqlite._choosing(frequency, enough=50) == ["flask", "session"]
-    assert sqlite._choosing(frequency, enough=200) == ["flask", "session", "error"]
-    assert sqlite._choosing({"set": 9_000, "type": 8_000}, enough=1) == ["type"]
+    assert fts5._choosing(frequency, enough=50) == ["flask", "session"]
+    assert fts5._choosing(frequency, enough=200) == ["flask", "session", "error"]
+    assert fts5._choosing({"set": 9_000, "type": 8_000}, enough=1) == ["type"]
 
 
 @sqlite_only
@@ -145,11 +145,11 @@ def test_when_no_word_is_common_the_rarest_words_rank_as_bm25_does(
     invoke, kb, tmp_path, monkeypatch
 ):
     _published_corpus(invoke, tmp_path)
-    monkeypatch.setattr(sqlite, "EXACT_POSTINGS", 0)
+    monkeypatch.setattr(fts5, "EXACT_POSTINGS", 0)
     terms = ["invoices", "retention", "policy", "travel", "plants"]
     with kb.db.read() as conn:
-        rarest = sqlite.ranked_by_the_index(conn, terms, [], 10)
-        exact = sqlite.ranked_by_bm25(conn, terms, [], 10)
+        rarest = fts5.ranked_by_the_index(conn, terms, [], 10)
+        exact = fts5.ranked_by_bm25(conn, terms, [], 10)
     assert len(exact) == len(CHUNK_TEXTS)  # every chunk holds one of the words
     assert [chunk for chunk, _ in rarest] == [chunk for chunk, _ in exact]
     assert [score for _, score in rarest] == pytest.approx([score for _, score in exact])
@@ -159,7 +159,7 @@ def test_when_no_word_is_common_the_rarest_words_rank_as_bm25_does(
 def test_the_index_totals_are_the_chunks_and_their_mean_length(invoke, kb, tmp_path):
     _published_corpus(invoke, tmp_path)
     with kb.db.read() as conn:
-        chunks, mean_length = sqlite._index_totals(conn)
+        chunks, mean_length = fts5._index_totals(conn)
         counted, tokens = conn.execute("SELECT count(*), sum(term_count) FROM chunks").first()
     assert chunks == counted == len(CHUNK_TEXTS)
     assert mean_length == pytest.approx(tokens / counted)
@@ -218,8 +218,8 @@ def test_in_a_scope_every_match_is_scored_with_the_scopes_statistics(invoke, kb,
     """Few matches in the scope: every one is scored, exactly as the postings give it."""
     _bases_corpus(invoke, tmp_path)
     with kb.db.read() as conn:
-        runs = sqlite.ranked_in_scope(conn, QUESTION, [], 50, *SCOPE)
-        postings = sqlite.ranked_from_postings(conn, sqlite._stems(conn, QUESTION), [], 50, *SCOPE)
+        runs = fts5.ranked_in_scope(conn, QUESTION, [], 50, *SCOPE)
+        postings = fts5.ranked_from_postings(conn, fts5._stems(conn, QUESTION), [], 50, *SCOPE)
         finance = set(
             conn.execute(
                 "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id "
@@ -237,12 +237,12 @@ def test_in_a_scope_the_scopes_own_words_choose_the_candidates(invoke, kb, tmp_p
     each keeps the score the full ranking gives it, none is outside the scope, and
     the other base's chunks change nothing (scored alone in its own home, the same)."""
     _bases_corpus(invoke, tmp_path)
-    monkeypatch.setattr(sqlite, "RESCORED_ALL", 0)
-    monkeypatch.setattr(sqlite, "COMMON_CHUNKS", 3)
+    monkeypatch.setattr(fts5, "RESCORED_ALL", 0)
+    monkeypatch.setattr(fts5, "COMMON_CHUNKS", 3)
     with kb.db.read() as conn:
-        stems = sqlite._stems(conn, QUESTION)
-        chosen = sqlite.ranked_in_scope(conn, QUESTION, [], 5, *SCOPE)
-        full = dict(sqlite.ranked_from_postings(conn, stems, [], 1000, *SCOPE))
+        stems = fts5._stems(conn, QUESTION)
+        chosen = fts5.ranked_in_scope(conn, QUESTION, [], 5, *SCOPE)
+        full = dict(fts5.ranked_from_postings(conn, stems, [], 1000, *SCOPE))
     assert len(chosen) == 5
     for chunk, score in chosen:
         assert score == pytest.approx(full[chunk])
@@ -252,7 +252,7 @@ def test_in_a_scope_the_scopes_own_words_choose_the_candidates(invoke, kb, tmp_p
             "(SELECT id FROM documents WHERE base = 'travel')"
         )
     with kb.db.read() as conn:
-        assert sqlite.ranked_in_scope(conn, QUESTION, [], 5, *SCOPE) == chosen
+        assert fts5.ranked_in_scope(conn, QUESTION, [], 5, *SCOPE) == chosen
 
 
 @sqlite_only
@@ -269,11 +269,9 @@ def test_a_run_with_a_gap_sends_the_scope_to_the_postings(invoke, kb, tmp_path):
             "WHERE last_id - first_id >= 2 LIMIT 1)"
         )
     with kb.db.read() as conn:
-        assert sqlite.ScopeRuns.of(conn, "d.base = 'travel'", {}) is not None
-        everything = sqlite.ScopeRuns.of(conn, "1 = 1", {})
-        ranked = sqlite.ranked_in_scope(conn, QUESTION, [], 10, "1 = 1", {})
-        postings = sqlite.ranked_from_postings(
-            conn, sqlite._stems(conn, QUESTION), [], 10, "1 = 1", {}
-        )
+        assert fts5.ScopeRuns.of(conn, "d.base = 'travel'", {}) is not None
+        everything = fts5.ScopeRuns.of(conn, "1 = 1", {})
+        ranked = fts5.ranked_in_scope(conn, QUESTION, [], 10, "1 = 1", {})
+        postings = fts5.ranked_from_postings(conn, fts5._stems(conn, QUESTION), [], 10, "1 = 1", {})
     assert everything is None
     assert ranked == postings

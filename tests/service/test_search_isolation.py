@@ -12,7 +12,8 @@ import time
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
 from kb_cli.permissions import Actor, Role
-from kb_cli.services.search import search
+from kb_cli.ranking import SearchMode
+from kb_cli.services.search import SearchRequest, search
 from kb_cli.vectors.signfile import directory_for, index_path, read_index
 from tests.helpers import ON_POSTGRES
 
@@ -67,13 +68,13 @@ def test_no_search_sees_what_a_committed_change_took_away(invoke, tmp_path, monk
     stop = threading.Event()
     failures: list[BaseException] = []
 
-    def searcher(modes: tuple[str, ...]) -> None:
+    def searcher(modes: tuple[SearchMode, ...]) -> None:
         kb = Kb.open(resolve_settings(), create=False).acting_as(Actor("rita", Role.VIEWER))
         try:
             while not stop.is_set():
                 for mode in modes:
                     began = time.monotonic()
-                    hits = search(kb, "rocket budget launch fuel", limit=20, mode=mode).hits
+                    hits = search(kb, SearchRequest("rocket budget launch fuel", 20, mode)).hits
                     seen.append((began, {hit.document_id for hit in hits}))
         except BaseException as error:
             failures.append(error)
@@ -82,7 +83,10 @@ def test_no_search_sees_what_a_committed_change_took_away(invoke, tmp_path, monk
 
     threads = [
         threading.Thread(target=searcher, args=(modes,))
-        for modes in [("vector", "hybrid"), ("vector", "lexical")][:SEARCH_THREADS]
+        for modes in [
+            (SearchMode.VECTOR, SearchMode.HYBRID),
+            (SearchMode.VECTOR, SearchMode.LEXICAL),
+        ][:SEARCH_THREADS]
     ]
 
     def searched_since(moment: float) -> None:

@@ -18,7 +18,8 @@ from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
 from kb_cli.embeddings import to_blob
 from kb_cli.permissions import Scope
-from kb_cli.vectors import ExactScan
+from kb_cli.records import ChunkVector
+from kb_cli.vectors import stored
 from kb_cli.vectors.signfile import (
     SignFileIndex,
     build,
@@ -84,6 +85,13 @@ def _ranked(index, kb: Kb, query, scope: Scope = Scope(None)):
         return index.nearest(conn, kb.embedder.model, query, DEPTH, scope, 0.2)
 
 
+def _exact(kb: Kb, query, scope: Scope = Scope(None)):
+    """The exact scan's ranking: what every index must agree with."""
+    assert kb.embedder is not None
+    with kb.db.read() as conn:
+        return stored.exact_nearest(conn, kb.embedder.model, query, DEPTH, scope, 0.2)
+
+
 def _rebuild(kb: Kb) -> Path:
     assert kb.embedder is not None
     directory = directory_for(kb.settings)
@@ -94,14 +102,13 @@ def _rebuild(kb: Kb) -> Path:
 
 def test_the_index_ranks_as_the_exact_scan_does_in_every_scope(home):
     _rebuild(home)
-    index = SignFileIndex(directory_for(home.settings), _never)
-    exact = ExactScan()
+    index = SignFileIndex(directory_for(home.settings), 0, _never)
     scopes = [Scope(None), Scope(None, "httpx"), Scope("nobody", "flask")]
     answered = 0
     for query in _query_vectors(home):
         for scope in scopes:
             found = _ranked(index, home, query, scope)[:10]
-            assert _same(found, _ranked(exact, home, query, scope)[:10])
+            assert _same(found, _exact(home, query, scope)[:10])
             answered += bool(found)
     assert answered > len(_questions())  # most questions find chunks in two scopes
 
@@ -116,7 +123,7 @@ def _same(found, expected) -> bool:
 
 def test_chunks_written_after_the_build_are_found_and_deleted_ones_never(home, invoke, tmp_path):
     _rebuild(home)
-    index = SignFileIndex(directory_for(home.settings), _never)
+    index = SignFileIndex(directory_for(home.settings), 0, _never)
     note = tmp_path / "quokka.txt"
     note.write_text("The quokka protocol hands every request a marsupial token at the gate.\n")
     uploaded = invoke("upload", str(note), "--submit", "--base", "httpx", "--json").record
@@ -141,19 +148,18 @@ def test_chunks_written_after_the_build_are_found_and_deleted_ones_never(home, i
     for query in _query_vectors(home)[:10]:
         found = _ranked(index, home, query)
         assert {chunk for chunk, _score in found} <= remaining
-        assert _same(found[:10], _ranked(ExactScan(), home, query)[:10])
+        assert _same(found[:10], _exact(home, query)[:10])
 
 
 def test_a_re_embedding_makes_the_index_stale_until_rebuilt(home):
     _rebuild(home)
     fallbacks = []
-    exact = ExactScan()
 
     def counted(*args):
         fallbacks.append(1)
-        return exact.nearest(*args)
+        return stored.exact_nearest(*args)
 
-    index = SignFileIndex(directory_for(home.settings), counted)
+    index = SignFileIndex(directory_for(home.settings), 0, counted)
     query = _query_vectors(home)[0]
     _ranked(index, home, query)
     assert fallbacks == []
@@ -161,19 +167,11 @@ def test_a_re_embedding_makes_the_index_stale_until_rebuilt(home):
     flipped = -_vector_of(home, best)  # now the furthest chunk of all
     with home.db.write() as conn:
         queries.set_embeddings(
-            conn,
-            [
-                {
-                    "id": best,
-                    "embedding": to_blob(flipped),
-                    "embedding_model": "wordllama-l2_supercat-256",
-                    "embedding_dim": 256,
-                }
-            ],
+            conn, [ChunkVector(best, to_blob(flipped), "wordllama-l2_supercat-256", 256)]
         )
     found = _ranked(index, home, query)
     assert fallbacks == [1] and best not in [chunk for chunk, _ in found]
-    assert _same(found, _ranked(exact, home, query))
+    assert _same(found, _exact(home, query))
     _rebuild(home)
     assert _same(_ranked(index, home, query), found) and fallbacks == [1]
 
@@ -199,9 +197,9 @@ def test_a_damaged_index_file_is_not_used(home, damage):
     else:
         path.write_bytes(data.replace(b"wordllama-l2_supercat-256", b"wordllama-l2_supercat-999"))
     assert read_index(path) is None or read_index(path).header.model != "wordllama-l2_supercat-256"
-    index = SignFileIndex(directory_for(home.settings), ExactScan().nearest)
+    index = SignFileIndex(directory_for(home.settings), 0)
     for query in _query_vectors(home)[:5]:
-        assert _same(_ranked(index, home, query), _ranked(ExactScan(), home, query))
+        assert _same(_ranked(index, home, query), _exact(home, query))
 
 
 def test_scrambled_ids_cost_recall_never_a_wrong_hit(home):
@@ -218,10 +216,10 @@ def test_scrambled_ids_cost_recall_never_a_wrong_hit(home):
     )
     data[start : start + 8 * index.header.count] = shuffled.tobytes()
     path.write_bytes(bytes(data))
-    scrambled = SignFileIndex(directory_for(home.settings), _never)
+    scrambled = SignFileIndex(directory_for(home.settings), 0, _never)
     scope = Scope(None, "flask")
     for query in _query_vectors(home)[:10]:
-        exact = dict(_ranked(ExactScan(), home, query, Scope(None, "flask")))
+        exact = dict(_exact(home, query, Scope(None, "flask")))
         for chunk, score in _ranked(scrambled, home, query, scope):
             assert chunk in exact or score < min(exact.values())
             assert chunk not in exact or abs(exact[chunk] - score) < 1e-6
@@ -268,7 +266,7 @@ def test_the_worker_builds_the_index_once_the_base_is_large_enough(home, invoke,
     assert index is not None
     with home.db.read() as conn:
         assert index.current(conn)
-        assert index.header.watermark == queries.newest_chunk_id(conn)
+        assert index.header.watermark == stored.newest_chunk_id(conn)
 
 
 def test_an_index_of_another_database_is_not_used(home, tmp_path):
@@ -295,6 +293,6 @@ def test_the_vectors_read_by_position_and_in_one_read_are_the_database_s(home):
     some = np.array([0, 7, index.header.count - 1])
     assert np.array_equal(index.halves(some), every[some])
     with home.db.read() as conn:
-        ids, blobs = queries.vectors_between(conn, home.embedder.model, 256, 0, 1 << 62, 1 << 30)
+        ids, blobs = stored.vectors_between(conn, home.embedder.model, 256, 0, 1 << 62, 1 << 30)
     assert ids == index.ids.tolist()
     assert np.array_equal(np.frombuffer(b"".join(blobs), every.dtype).reshape(every.shape), every)

@@ -10,6 +10,8 @@ import pytest
 from kb_cli.chunking import chunk_blocks, merge_passage, with_context
 from kb_cli.parsers import Block, Budget, ParseLimits, text
 from kb_cli.ranking import (
+    Hit,
+    Ranking,
     discount_repeats,
     distinct_rankings,
     fuse,
@@ -79,33 +81,43 @@ def test_a_passage_of_consecutive_chunks_holds_each_sentence_once():
     assert merge_passage([chunks[2].text]) == chunks[2].text
 
 
+def _hit(chunk: int, score: float, words: int | None = None, meaning: int | None = None) -> Hit:
+    """A hit with its words (lexical) and meaning (vector) ranks, where it has them."""
+    ranks = {Ranking.LEXICAL: words, Ranking.VECTOR: meaning}
+    return Hit(chunk, score, {name: rank for name, rank in ranks.items() if rank is not None})
+
+
+def _fused(lexical, vector, vector_weight: float = 1.0) -> list[Hit]:
+    return fuse({Ranking.LEXICAL: (lexical, 1.0), Ranking.VECTOR: (vector, vector_weight)})
+
+
 def test_fusion_weights_the_meaning_ranking():
     lexical = [(1, 9.0), (2, 8.0), (3, 7.0)]
     vector = [(3, 0.9), (4, 0.8)]
-    assert [hit[0] for hit in fuse(lexical, vector)] == [3, 1, 2, 4]  # plain RRF
-    assert [hit[0] for hit in fuse(lexical, vector, vector_weight=0.0)] == [1, 2, 3, 4]
+    assert [hit.chunk for hit in _fused(lexical, vector)] == [3, 1, 2, 4]  # plain RRF
+    assert [hit.chunk for hit in _fused(lexical, vector, vector_weight=0.0)] == [1, 2, 3, 4]
     # 3: 1/63 + 0.02/61 = 0.01620, between 1 (1/61 = 0.01639) and 2 (1/62 = 0.01613)
-    weighted = fuse(lexical, vector, vector_weight=0.02)
-    assert weighted[0] == (1, 1 / 61, 1, None)
-    assert [hit[0] for hit in weighted] == [1, 3, 2, 4]
+    weighted = _fused(lexical, vector, vector_weight=0.02)
+    assert weighted[0] == _hit(1, 1 / 61, words=1)
+    assert [hit.chunk for hit in weighted] == [1, 3, 2, 4]
 
 
 def test_a_documents_later_hits_are_discounted_in_the_score_they_show():
-    hits = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.75, 3, None), (4, 0.6, 4, None)]
+    hits = [_hit(1, 0.9, 1), _hit(2, 0.8, 2), _hit(3, 0.75, 3), _hit(4, 0.6, 4)]
     document = {1: "a", 2: "a", 3: "b", 4: "a"}
     # a's second hit scores 0.8 * 0.9 = 0.72, below b's 0.75; its third 0.6 * 0.81
     discounted = discount_repeats(hits, document.get, 0.9)
-    assert [hit[0] for hit in discounted] == [1, 3, 2, 4]
-    assert [hit[1] for hit in discounted] == pytest.approx([0.9, 0.75, 0.72, 0.486])
+    assert [hit.chunk for hit in discounted] == [1, 3, 2, 4]
+    assert [hit.score for hit in discounted] == pytest.approx([0.9, 0.75, 0.72, 0.486])
     # a small gap is not bridged: a's second hit at 0.8 stays above b's 0.7
-    close = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None)]
-    assert [hit[0] for hit in discount_repeats(close, document.get, 0.9)] == [1, 2, 3]
+    close = [_hit(1, 0.9, 1), _hit(2, 0.8, 2), _hit(3, 0.7, 3)]
+    assert [hit.chunk for hit in discount_repeats(close, document.get, 0.9)] == [1, 2, 3]
     assert discount_repeats(hits, document.get, 1.0) == hits
     # A reranker's head (scores on its own scale) stays first, each part in score order.
-    reranked = [(4, 0.2, 4, None), (3, 0.1, 3, None), (1, 0.9, 1, None), (2, 0.8, 2, None)]
+    reranked = [_hit(4, 0.2, 4), _hit(3, 0.1, 3), _hit(1, 0.9, 1), _hit(2, 0.8, 2)]
     kept = discount_repeats(reranked, document.get, 0.9, head=2)
-    assert [hit[0] for hit in kept] == [4, 3, 1, 2]
-    assert [hit[1] for hit in kept] == pytest.approx([0.2, 0.1, 0.81, 0.648])
+    assert [hit.chunk for hit in kept] == [4, 3, 1, 2]
+    assert [hit.score for hit in kept] == pytest.approx([0.2, 0.1, 0.81, 0.648])
 
 
 def _kept(rankings, text, limit=10):
@@ -129,8 +141,8 @@ def test_copies_take_one_rank_so_the_texts_below_them_rise_and_the_limit_counts_
     assert _kept([lexical, vector], text, limit=3) == ([[1, 4, 5], [4, 1, 6]], {1: [2, 3]})
     (words, meaning), _copies = distinct_rankings([lexical, vector], text.__getitem__, 3)
     assert words[1] == (4, 5.0) and meaning[1] == (1, 0.8)  # a member's own score, its place
-    fused = fuse(words, meaning)
-    assert [hit[0] for hit in fused][:2] == [1, 4] and len(fused) == 4
+    fused = _fused(words, meaning)
+    assert [hit.chunk for hit in fused][:2] == [1, 4] and len(fused) == 4
 
 
 def test_a_page_held_by_two_documents_shows_as_one_documents_chunks():
@@ -138,9 +150,9 @@ def test_a_page_held_by_two_documents_shows_as_one_documents_chunks():
     named the second chunk's group by Y's copy; after X's first chunk it is named by
     X's, so a passage around each hit does not repeat the page."""
     document = {1: "X", 2: "X", 3: "Y", 4: "Y", 5: "Z"}
-    hits = [(1, 0.9, 1, None), (4, 0.8, 2, None), (5, 0.7, 3, None)]
+    hits = [_hit(1, 0.9, 1), _hit(4, 0.8, 2), _hit(5, 0.7, 3)]
     named, copies = named_in_shown_documents(hits, {1: [3], 4: [2]}, document.get)
-    assert named == [(1, 0.9, 1, None), (2, 0.8, 2, None), (5, 0.7, 3, None)]
+    assert named == [_hit(1, 0.9, 1), _hit(2, 0.8, 2), _hit(5, 0.7, 3)]
     assert copies == {1: [3], 2: [4]}
 
 
@@ -167,9 +179,9 @@ def test_near_copies_collapse_but_neighbours_and_other_texts_do_not():
 
 
 def test_rerank_reorders_the_head_and_keeps_the_tail():
-    hits = [(1, 0.9, 1, 1), (2, 0.8, 2, None), (3, 0.7, None, 1), (4, 0.6, 4, None)]
+    hits = [_hit(1, 0.9, 1, 1), _hit(2, 0.8, 2), _hit(3, 0.7, None, 1), _hit(4, 0.6, 4)]
     reranked = rerank(hits, [0.1, 0.7, 0.3])
-    assert reranked == [(2, 0.7, 2, None), (3, 0.3, None, 1), (1, 0.1, 1, 1), (4, 0.6, 4, None)]
+    assert reranked == [_hit(2, 0.7, 2), _hit(3, 0.3, None, 1), _hit(1, 0.1, 1, 1), _hit(4, 0.6, 4)]
 
 
 def test_a_chinese_question_naming_an_english_product_is_chinese():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kb_cli.chunking import chunk_blocks
 from kb_cli.embeddings.local import TOKENIZER_FILE, WEIGHTS_FILE, LocalEmbedder, package_dir
 from kb_cli.parsers import Block
-from kb_cli.ranking import best_per_document, fuse, top_similar
+from kb_cli.ranking import Hit, Ranking, best_per_document, fuse, top_similar
 from kb_cli.textsearch import index_terms, matched_spans, parse_query, snippet
 from tests.helpers import hostile_queries
 
@@ -79,10 +79,12 @@ def test_a_line_break_inside_chinese_words_is_no_space():
 
 
 def test_reciprocal_rank_fusion_rewards_agreement():
-    fused = fuse([(1, 9.0), (2, 5.0)], [(2, 0.9), (3, 0.8)], k=60)
-    assert [hit[0] for hit in fused] == [2, 1, 3]
-    assert fused[0] == (2, pytest.approx(1 / 62 + 1 / 61), 2, 1)
-    assert fused[1][2:] == (1, None) and fused[2][2:] == (None, 2)
+    words, meaning = [(1, 9.0), (2, 5.0)], [(2, 0.9), (3, 0.8)]
+    fused = fuse({Ranking.LEXICAL: (words, 1.0), Ranking.VECTOR: (meaning, 1.0)}, k=60)
+    assert [hit.chunk for hit in fused] == [2, 1, 3]
+    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
+    assert fused[0].ranks == {Ranking.LEXICAL: 2, Ranking.VECTOR: 1}
+    assert fused[1].ranks == {Ranking.LEXICAL: 1} and fused[2].ranks == {Ranking.VECTOR: 2}
 
 
 def test_vector_candidates_below_the_floor_are_dropped():
@@ -93,9 +95,9 @@ def test_vector_candidates_below_the_floor_are_dropped():
 
 
 def test_one_hit_per_document_keeps_the_best():
-    hits_ = [(1, 0.9, 1, None), (2, 0.8, 2, None), (3, 0.7, 3, None)]
+    hits_ = [Hit(chunk, 1 - chunk / 10, {Ranking.LEXICAL: chunk}) for chunk in (1, 2, 3)]
     kept = best_per_document(hits_, {1: "a", 2: "a", 3: "b"}.__getitem__)
-    assert [hit[0] for hit in kept] == [1, 3]
+    assert [hit.chunk for hit in kept] == [1, 3]
 
 
 # --- the built-in model ----------------------------------------------------------------

@@ -33,7 +33,7 @@ SQLITE = [
     END""",
     "INSERT INTO chunks_terms(chunks_terms) VALUES ('rebuild')",
 ]
-# Words as SQLite's FTS5 index sees them (kb_cli/engines/postgresql.py, WORDS).
+# Words as SQLite's FTS5 index sees them (kb_cli/lexical/tsvector.py, WORDS).
 POSTGRESQL = [
     "DROP INDEX ix_chunks_words",
     "DROP INDEX ix_chunks_trigrams",

@@ -6,7 +6,7 @@ read every chunk row (2.4 s at 986k chunks) and every posting of every word with
 chunk's document (4-5 s for an English question), in every search of a caller who may
 not read every base. A revision's chunks are written in one transaction, by the one
 writer SQLite allows, so their ids are consecutive: the runs of a scope's revisions
-tell which chunk ids it holds (kb_cli/engines/sqlite.py, ranked_in_scope), and their
+tell which chunk ids it holds (kb_cli/lexical/fts5.py, ranked_in_scope), and their
 counts its size. A run whose ids are not all its own (`last_id - first_id + 1` is not
 `chunks`: a chunk deleted from its middle) is never used for that.
 
