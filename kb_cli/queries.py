@@ -104,11 +104,11 @@ _GET_TASK = f"SELECT {_TASK_ROW} FROM {TASKS} WHERE id = :id"
 
 
 def _document(row: RawRow | None) -> DocumentRow | None:
-    return None if row is None else DocumentRow._make(row)
+    return None if row is None else DocumentRow.read(row)
 
 
 def _task(row: RawRow | None) -> TaskRow | None:
-    return None if row is None else TaskRow._make(row)
+    return None if row is None else TaskRow.read(row)
 
 
 def get_document(conn: Connection, document_id: str, lock: bool = False) -> DocumentRow | None:
@@ -244,7 +244,7 @@ def latest_tasks(conn: Connection) -> dict[str, TaskRow]:
         f"SELECT {_TASK_ROW_OF_T} FROM {DOCUMENTS} AS d"
         f" JOIN {TASKS} AS t ON t.id = d.latest_task_id"
     )
-    tasks = map(TaskRow._make, conn.execute(sql))
+    tasks = map(TaskRow.read, conn.execute(sql))
     return {task.id: task for task in tasks}
 
 
@@ -852,7 +852,7 @@ def pending_objects(conn: Connection) -> list[PendingObject]:
 
 def documents_being_deleted(conn: Connection) -> list[DocumentRow]:
     sql = f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS} WHERE status = '{DocStatus.DELETING}'"
-    return [DocumentRow._make(row) for row in conn.execute(sql + " ORDER BY id")]
+    return [DocumentRow.read(row) for row in conn.execute(sql + " ORDER BY id")]
 
 
 class Footprint(NamedTuple):
@@ -886,7 +886,7 @@ def object_keys(conn: Connection) -> dict[str, str]:
 
 def all_documents(conn: Connection) -> list[DocumentRow]:
     return [
-        DocumentRow._make(row) for row in conn.execute(f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS}")
+        DocumentRow.read(row) for row in conn.execute(f"SELECT {_DOCUMENT_ROW} FROM {DOCUMENTS}")
     ]
 
 

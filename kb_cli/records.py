@@ -4,13 +4,16 @@ and the rows themselves, one typed record per table that code reads.
 Plain (not frozen) dataclasses: a frozen one sets each field through
 `object.__setattr__`, which doubled the cost of listing 10,000 documents. Rows are
 named tuples: built positionally from the driver's row at the cost of a tuple, and
-immutable.
+immutable; a status or stage is its enum from the moment the row is read (`read`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from kb_cli.lifecycle import DocStatus, Stage, TaskStatus
 
 
 class DocumentRow(NamedTuple):
@@ -23,7 +26,7 @@ class DocumentRow(NamedTuple):
     size_bytes: int
     sha256: str
     object_key: str
-    status: str
+    status: DocStatus
     version: int
     revision: int
     published_revision: int | None
@@ -34,6 +37,12 @@ class DocumentRow(NamedTuple):
     created_at: str
     updated_at: str
     meta: Any  # JSON text on SQLite, a dict on PostgreSQL: read it with meta_of
+
+    @classmethod
+    def read(cls, values: Sequence[Any]) -> DocumentRow:
+        """The row the driver returned (its columns in this order), status typed."""
+        row = cls._make(values)
+        return row._replace(status=DocStatus(row.status))
 
 
 def meta_of(value: Any) -> dict[str, str]:
@@ -52,8 +61,8 @@ class TaskRow(NamedTuple):
     id: str
     document_id: str
     revision: int
-    status: str
-    stage: str
+    status: TaskStatus
+    stage: Stage
     completed: int
     total: int
     attempt: int
@@ -64,6 +73,13 @@ class TaskRow(NamedTuple):
     retry_at: str | None
     created_at: str
     updated_at: str
+
+    @classmethod
+    def read(cls, values: Sequence[Any]) -> TaskRow:
+        """The row the driver returned (its columns in this order), status and stage
+        typed."""
+        row = cls._make(values)
+        return row._replace(status=TaskStatus(row.status), stage=Stage(row.stage))
 
 
 class UserRow(NamedTuple):

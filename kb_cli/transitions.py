@@ -144,7 +144,7 @@ def move_task(
 
     A worker's move (`fence` given) always starts from its own running claim.
     """
-    origin = TaskStatus.RUNNING if fence else TaskStatus(task.status)
+    origin = TaskStatus.RUNNING if fence else task.status
     if not is_legal_task_transition(origin, to):
         raise InternalError(f"illegal task transition {origin} -> {to}")
     moved = queries.update_task(
@@ -191,7 +191,7 @@ def move_document(
     return move_document_from(
         conn,
         document.id,
-        DocStatus(document.status),
+        document.status,
         to,
         actor=actor,
         action=action,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kb_cli.console.core import (
     PLAIN_PROGRESS_INTERVAL,
@@ -17,6 +17,12 @@ from kb_cli.console.core import (
     write_json,
     write_json_lines,
 )
+
+if TYPE_CHECKING:
+    from kb_cli.records import BaseRecord, BuildReport, UserRecord
+    from kb_cli.services.access import NewUser
+    from kb_cli.services.doctor import DoctorReport
+    from kb_cli.services.reindex import ReindexReport
 
 
 class Progress:
@@ -51,7 +57,7 @@ class Progress:
             self._bar.stop()
 
 
-def print_reindex(report: Any, as_json: bool) -> None:
+def print_reindex(report: ReindexReport, as_json: bool) -> None:
     if as_json:
         write_json(report)
     else:
@@ -59,7 +65,7 @@ def print_reindex(report: Any, as_json: bool) -> None:
         emit(f"embedded {chunks} of {revisions} with {report.model}")
 
 
-def print_vector_index(reports: list[Any], as_json: bool) -> None:
+def print_vector_index(reports: list[BuildReport], as_json: bool) -> None:
     """What `kb reindex --vectors` wrote: one index file per model and dimension."""
     for report in reports:
         if as_json:
@@ -93,7 +99,7 @@ NEXT_STEPS = {
 }
 
 
-def print_doctor(report: Any, as_json: bool) -> None:
+def print_doctor(report: DoctorReport, as_json: bool) -> None:
     if as_json:
         write_json(report)
         return
@@ -108,7 +114,7 @@ def print_doctor(report: Any, as_json: bool) -> None:
         emit("ok: every invariant holds")
 
 
-def print_new_user(new_user: Any, as_json: bool) -> None:
+def print_new_user(new_user: NewUser, as_json: bool) -> None:
     if as_json:
         write_json(new_user)
         return
@@ -118,7 +124,7 @@ def print_new_user(new_user: Any, as_json: bool) -> None:
     log("the token is shown only once: store it now (export KB_TOKEN=...)")
 
 
-def print_bases(records: list[Any], as_json: bool) -> None:
+def print_bases(records: list[BaseRecord], as_json: bool) -> None:
     if as_json:
         write_json_lines(records)
         return
@@ -136,7 +142,7 @@ def print_upgrade(before: str | None, after: str, as_json: bool) -> None:
         emit(f"schema at revision {after}" + (f" (was {before})" if before != after else ""))
 
 
-def print_users(records: list[Any], as_json: bool) -> None:
+def print_users(records: list[UserRecord], as_json: bool) -> None:
     """One line per user: name, role, state, teams, created, last used."""
     if as_json:
         write_json_lines(records)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kb_cli.console.core import (
     emit,
@@ -17,6 +17,10 @@ from kb_cli.console.core import (
     write_json_lines,
 )
 from kb_cli.records import SearchHit
+
+if TYPE_CHECKING:
+    from kb_cli.services.evaluation import EvalSummary, QuestionResult
+    from kb_cli.services.search import SearchResult
 
 
 def search_line(hit: SearchHit) -> str:
@@ -49,7 +53,7 @@ def _snippet(hit: SearchHit) -> str:
     return visible(" ".join(hit.snippet.split()))
 
 
-def print_search(result: Any, as_json: bool) -> None:
+def print_search(result: SearchResult, as_json: bool) -> None:
     for warning in result.warnings:
         warn(warning)
     if result.hits and not as_json and is_fancy(sys.stdout):
@@ -66,7 +70,7 @@ def print_search(result: Any, as_json: bool) -> None:
         )
 
 
-def print_eval(results: list[Any], summary: Any) -> None:
+def print_eval(results: list[QuestionResult], summary: EvalSummary) -> None:
     """One line per question (rank of the first expected document), then the scores."""
     for result in results:
         rank = f"#{result.first_expected_rank}" if result.first_expected_rank else "miss"

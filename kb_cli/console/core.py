@@ -12,8 +12,8 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable
-from typing import Any, TextIO
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, TextIO
 
 from kb_cli.errors import OutputClosed
 from kb_cli.lifecycle import Stage
@@ -51,18 +51,24 @@ def _escaped(encoded: str) -> str:
     return _RAW_CONTROLS.sub(lambda char: f"\\u{ord(char.group()):04x}", encoded)
 
 
-def write_json(record: Any) -> None:
-    data = record.to_dict() if hasattr(record, "to_dict") else record
+class Record(Protocol):
+    """What a command prints: every record says what its JSON is."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def write_json(record: Record | dict[str, Any]) -> None:
+    data = record if isinstance(record, dict) else record.to_dict()
     emit(_escaped(_JSON.encode(data)))
 
 
-def quoted(value: Any, compact: bool = False) -> str:
+def quoted(value: object, compact: bool = False) -> str:
     """A value as JSON for a field of a plain line (file="a b.txt"): every control
     character escaped (newline, ESC, DEL, C1), everything printable as it is."""
     return _escaped((_COMPACT_JSON if compact else _JSON).encode(value))
 
 
-def write_json_lines(records: Iterable[Any]) -> None:
+def write_json_lines(records: Iterable[Record]) -> None:
     for record in records:
         write_json(record)
 
@@ -284,7 +290,15 @@ def cut_to(text: str, width: int) -> str:
     return cut.plain
 
 
-def confirm_many(planned: list[Any], question: str, declined: str) -> bool:
+class Planned(Protocol):
+    """A document a bulk verb is about to change, as the question lists it."""
+
+    document_id: str
+    filename: str
+    status: str
+
+
+def confirm_many(planned: Sequence[Planned], question: str, declined: str) -> bool:
     """On a terminal, list the documents `planned` (the first ten) and ask `question`
     ("delete 3 documents ...?"); elsewhere (a script, a pipe) do not ask. Saying no logs
     `declined`. Ctrl-C or Ctrl-D ends the prompt's line, so the shell's starts on its own."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kb_cli.console.core import cell, cell_len_of, cut_to, emit, is_fancy, rich_console, styled
+
+if TYPE_CHECKING:
+    from kb_cli.services.demo import DemoEvent, DocumentOutcome
 
 _DEMO_STYLES = {
     "race": "cyan",
@@ -26,7 +29,7 @@ class DemoLog:
         if self.fancy:
             self.console = rich_console()
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: DemoEvent) -> None:
         if not self.fancy:
             emit(f"{event.step}: {event.message}")
             sys.stdout.flush()
@@ -46,7 +49,7 @@ def _indented(label: str, text: str):
     return grid
 
 
-def print_demo_summary(outcomes: list[Any]) -> None:
+def print_demo_summary(outcomes: list[DocumentOutcome]) -> None:
     if not is_fancy(sys.stdout):
         emit("summary:")
         for o in outcomes:

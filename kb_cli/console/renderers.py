@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kb_cli.console.answers import search_line
-from kb_cli.console.core import emit, is_fancy, rich_console, write_json_lines
+from kb_cli.console.core import Record, emit, is_fancy, rich_console, write_json_lines
 from kb_cli.console.history import audit_line, print_history_table
 from kb_cli.console.tasks import (
     document_line,
@@ -23,7 +23,9 @@ from kb_cli.console.tasks import (
 )
 from kb_cli.records import AuditRecord, DocumentRecord, SearchHit, TaskRecord
 
-# A record as one plain line; `filenames` (by document id) names a task's file.
+# A record as one plain line; `filenames` (by document id) names a task's file. Each
+# renderer takes the one kind of record its row names (Any: a callable of one record
+# type is not one of every record type; the table's key is what keeps them apart).
 LineRenderer = Callable[[Any, dict[str, str]], str]
 # Records of one kind on a terminal: a panel for one, a table for several.
 TerminalRenderer = Callable[[list[Any], dict[str, str]], None]
@@ -66,7 +68,7 @@ ON_TERMINAL: dict[type, TerminalRenderer] = {
 
 
 def print_records(
-    records: Iterable[Any], as_json: bool, filenames: dict[str, str] | None = None
+    records: Iterable[Record], as_json: bool, filenames: dict[str, str] | None = None
 ) -> None:
     """Print records as JSON Lines; otherwise one readable line each, or on a terminal
     a small panel for one task or document and a table for several. `filenames` (by

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import sys
 from json.encoder import encode_basestring as _json_string  # what write_json's encoder uses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kb_cli.console.core import _escaped, emit, is_fancy, quoted, write_json
+
+if TYPE_CHECKING:
+    from kb_cli.services.reparse import Reparse
+    from kb_cli.services.sync import Counters, SyncRecord, SyncSummary
 
 
 class SyncProgress:
@@ -29,7 +33,7 @@ class SyncProgress:
             self._live.start()
             self._task = self._live.add_task("scanning", total=None)
 
-    def __call__(self, counters: Any) -> None:
+    def __call__(self, counters: Counters) -> None:
         if self._live is not None:
             self._live.update(
                 self._task,
@@ -42,7 +46,7 @@ class SyncProgress:
             self._live.stop()
 
 
-def print_sync_record(record: Any, as_json: bool) -> None:
+def print_sync_record(record: SyncRecord, as_json: bool) -> None:
     if as_json:
         emit(sync_json(record))
         return
@@ -54,7 +58,7 @@ def print_sync_record(record: Any, as_json: bool) -> None:
     emit(line)
 
 
-def sync_json(record: Any) -> str:
+def sync_json(record: SyncRecord) -> str:
     """A sync record's JSON line, the same as write_json's, built from its four fields:
     a sync of an unchanged tree prints one per file, and this is most of its time."""
     return _escaped(
@@ -67,7 +71,7 @@ def _text(value: str | None) -> str:
     return "null" if value is None else _json_string(value)
 
 
-def print_sync_summary(summary: Any, as_json: bool) -> None:
+def print_sync_summary(summary: SyncSummary, as_json: bool) -> None:
     if as_json:
         write_json(summary)
         return
@@ -76,14 +80,14 @@ def print_sync_summary(summary: Any, as_json: bool) -> None:
     emit(f"{verb} {quoted(summary.source)} into base {summary.base}: {counts}")
 
 
-def confirm_reparse(planned: list[Any]) -> bool:
+def confirm_reparse(planned: list[Reparse]) -> bool:
     from kb_cli.console.core import confirm_many, counted
 
     what = counted(len(planned), "document")
     return confirm_many(planned, f"parse {what} again as new revisions?", "nothing queued")
 
 
-def print_reparse(items: list[Any], as_json: bool) -> None:
+def print_reparse(items: list[Reparse], as_json: bool) -> None:
     from kb_cli.console.core import log, visible
 
     for item in items:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kb_cli.console.core import (
     cell,
@@ -29,6 +29,10 @@ from kb_cli.console.core import (
 )
 from kb_cli.lifecycle import DocStatus, Stage, TaskStatus
 from kb_cli.records import DocumentRecord, TaskRecord
+
+if TYPE_CHECKING:
+    from kb_cli.services.documents import Duplicate
+    from kb_cli.services.removal import Deletion
 
 WIDE = 110  # columns from which the document table shows every field of the latest task
 
@@ -357,7 +361,7 @@ def _age(stamp: str, now: datetime) -> str:
     return f"{total}s"
 
 
-def warn_duplicates(duplicates: list[Any]) -> None:
+def warn_duplicates(duplicates: list[Duplicate]) -> None:
     """A document just uploaded with the content of an earlier one: stored as asked,
     but probably not what was meant; one warning each, on stderr."""
     for duplicate in duplicates:
@@ -371,7 +375,7 @@ def warn_duplicates(duplicates: list[Any]) -> None:
         )
 
 
-def note_skipped(skipped: list[Any]) -> None:
+def note_skipped(skipped: list[Duplicate]) -> None:
     """`upload --skip-existing`: each file left out, and the document that has it."""
     for skip in skipped:
         name, other = visible(skip.filename), visible(skip.same_as_filename)
@@ -379,12 +383,12 @@ def note_skipped(skipped: list[Any]) -> None:
         log(f"kb: skipped {name}: same content as {where}")
 
 
-def confirm_deletion(planned: list[Any]) -> bool:
+def confirm_deletion(planned: list[Deletion]) -> bool:
     what = counted(len(planned), "document")
     return confirm_many(planned, f"delete {what} with their chunks and files?", "nothing deleted")
 
 
-def print_deletions(deletions: list[Any], as_json: bool) -> None:
+def print_deletions(deletions: list[Deletion], as_json: bool) -> None:
     if as_json:
         write_json_lines(deletions)
         return

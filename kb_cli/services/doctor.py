@@ -109,7 +109,7 @@ def _status_pairs(conn: Connection) -> list[Problem]:
     latest = queries.latest_tasks(conn)
     for document in queries.all_documents(conn):
         task = latest.get(document.latest_task_id or "")
-        task_status = TaskStatus(task.status) if task else None
+        task_status = task.status if task else None
         has_published = (document.published_revision or document.archived_revision) is not None
         rejected = task is not None and document.rejected_revision == task.revision
         if document.published_revision is not None and document.status in NOT_SERVED:
@@ -123,7 +123,7 @@ def _status_pairs(conn: Connection) -> list[Problem]:
                     document.object_key,
                 )
             )
-        if not is_legal_pair(task_status, DocStatus(document.status), has_published, rejected):
+        if not is_legal_pair(task_status, document.status, has_published, rejected):
             problems.append(
                 Problem(
                     "status_pair",

@@ -287,7 +287,7 @@ def replace_revision(
     move_document(
         conn,
         document,
-        DocStatus(new_status),
+        new_status,
         actor=actor,
         action="replace",
         required=True,
@@ -619,7 +619,7 @@ def require_status(document: DocumentRow | None, allowed: tuple[DocStatus, ...],
     and what to do next."""
     if document is None:
         raise NotFoundError("no document with that id")
-    status = DocStatus(document.status)
+    status = document.status
     if status not in allowed:
         already = "already " if _OUTCOME.get(verb) == status else ""
         hint = NEXT_STEP[status].format(id=document.id)

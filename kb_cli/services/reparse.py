@@ -82,7 +82,7 @@ def _queue(kb: Kb, document_id: str) -> Reparse:
         document = queries.existing_document(conn, document_id, lock=True)
         documents.require_status(document, REPLACEABLE, "reparse")
         served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
-        new_status = DocStatus.DRAFT if document.status in served else DocStatus(document.status)
+        new_status = DocStatus.DRAFT if document.status in served else document.status
         move_document(
             conn,
             document,

@@ -65,11 +65,10 @@ def unpublish_document(kb: Kb, document_id: str) -> DocumentRecord:
                 f"cannot unpublish document {document_id}: search does not serve it "
                 f"(it is {document.status} and has no published revision)"
             )
-        status = DocStatus(document.status)
         move_document(
             conn,
             document,
-            DocStatus.ARCHIVED if status is DocStatus.PUBLISHED else status,
+            DocStatus.ARCHIVED if document.status is DocStatus.PUBLISHED else document.status,
             actor=kb.actor.name,
             action="unpublish",
             required=True,

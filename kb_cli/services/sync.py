@@ -297,7 +297,7 @@ class _Run:
             queries.update_document(
                 conn,
                 current.id,
-                [DocStatus(current.status)],
+                [current.status],
                 meta=json.dumps(merged, ensure_ascii=False, sort_keys=True),
             )
             queries.insert_audit_events(
