@@ -11,9 +11,11 @@ Kept free of heavy imports: `kb --help` builds every command's rule.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kb_cli.errors import UsageError
 from kb_cli.metadata import MetaFilter
 
 
@@ -78,3 +80,18 @@ class Actor:
 
     def scope(self, base: str | None = None) -> Scope:
         return Scope(None if self.reads_every_base else self.name, base)
+
+
+# Names that read well in a shell: no spaces, quotes or leading dash.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_names(names: list[str], noun: str) -> list[str]:
+    """Base and team names, deduplicated in order; a bad one is a usage error."""
+    for name in names:
+        if not _NAME.fullmatch(name):
+            raise UsageError(
+                f"a {noun} name is 1 to 100 letters, digits, '.', '_' or '-', "
+                f"starting with a letter or digit: {name!r}"
+            )
+    return list(dict.fromkeys(names))

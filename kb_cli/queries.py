@@ -204,6 +204,21 @@ def list_documents(
     return [DocumentRecord.from_listing(row) for row in conn.execute(sql, params)]
 
 
+def document_record(conn: Connection, document_id: str) -> DocumentRecord:
+    """The record of one document as `kb status ID` prints it, naming the file of the
+    revision search serves when it is not the newest one's."""
+    rows = list_documents(conn, document_id=document_id)
+    if not rows:
+        raise NotFoundError(f"no document with id {document_id!r}")
+    record = rows[0]
+    served = record.published_revision
+    if served is not None and served != record.revision:
+        file = revision_file(conn, document_id, served)
+        if file is not None and file != (record.filename, record.content_type):
+            record.published_file = file._asdict()
+    return record
+
+
 class SyncedDocument(NamedTuple):
     """What `kb sync` compares a file with: a document's id and metadata values."""
 

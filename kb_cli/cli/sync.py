@@ -79,11 +79,11 @@ def sync(
         name, missing, dry_run, tuple(include or ()), tuple(exclude or ()), checksum
     )
     kb = open_kb(ctx, SYNC, name, create=not dry_run)  # a dry run writes nothing, no home
-    service.check_options(kb, options)
+    run = service.sync(kb, source, options)
     summary = service.SyncSummary(source, name, dry_run)
     progress = console.SyncProgress()
     try:
-        for record in service.sync(kb, source, options, summary, progress):
+        for record in run.records(summary, progress):
             console.print_sync_record(record, json_out)
     finally:
         progress.close()

@@ -25,9 +25,8 @@ from kb_cli.errors import (
     NotFoundError,
     UsageError,
 )
-from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target
+from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target, check_names
 from kb_cli.records import UserRow
-from kb_cli.services.bases import check_names
 from kb_cli.transitions import audit_event
 
 ROLES = tuple(Role)

@@ -7,29 +7,12 @@ by users granted it. Who reads a base is checked inside every query (queries.sco
 
 from __future__ import annotations
 
-import re
-
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
-from kb_cli.errors import ConflictError, NotFoundError, UsageError
-from kb_cli.permissions import BASE_PREFIX
+from kb_cli.errors import ConflictError, NotFoundError
+from kb_cli.permissions import BASE_PREFIX, check_names
 from kb_cli.records import BaseRecord, DocumentRecord
-from kb_cli.services.documents import document_record
 from kb_cli.transitions import audit_event
-
-# Names that read well in a shell: no spaces, quotes or leading dash.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def check_names(names: list[str], noun: str) -> list[str]:
-    """Base and team names, deduplicated in order; a bad one is a usage error."""
-    for name in names:
-        if not _NAME.fullmatch(name):
-            raise UsageError(
-                f"a {noun} name is 1 to 100 letters, digits, '.', '_' or '-', "
-                f"starting with a letter or digit: {name!r}"
-            )
-    return list(dict.fromkeys(names))
 
 
 def create_base(kb: Kb, name: str, teams: list[str]) -> BaseRecord:
@@ -99,7 +82,7 @@ def move_document(kb: Kb, document_id: str, base: str) -> DocumentRecord:
             kb.actor.name, "move", document_id, detail=f"base {document.base} -> {base}", at=now
         )
         queries.insert_audit_events(conn, [event])
-        return document_record(conn, document_id)
+        return queries.document_record(conn, document_id)
 
 
 def revoke_base(kb: Kb, name: str, user: str) -> BaseRecord:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass, field
 
-from kb_cli import queries
+from kb_cli import pending, queries
 from kb_cli.app import Kb
 from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import RepairRefused, UsageError
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
-from kb_cli.services import pending, removal
+from kb_cli.services import removal
 from kb_cli.store.layout import key_of
 from kb_cli.transitions import requeue_task
 

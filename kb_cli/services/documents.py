@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kb_cli import metadata, queries
-from kb_cli.app import Kb, check_store_owner, require_base
+from kb_cli import intake, metadata, pending, queries
+from kb_cli.app import Kb, require_base
 from kb_cli.db import Connection
-from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import (
     AlreadyExists,
     ConflictError,
@@ -26,19 +23,13 @@ from kb_cli.errors import (
 from kb_cli.lifecycle import (
     PUBLISHABLE,
     REPLACEABLE,
-    SUBMITTABLE,
     DocStatus,
-    EventType,
-    Stage,
-    TaskStatus,
 )
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
-from kb_cli.queries import AuditEvent
-from kb_cli.records import DocumentRecord, DocumentRow, TaskRecord, meta_of
-from kb_cli.services import pending
+from kb_cli.records import DocumentRecord, TaskRecord
 from kb_cli.store import StoredObject
-from kb_cli.transitions import audit_event, move_document, task_event_data
+from kb_cli.transitions import move_document
 
 
 @dataclass(frozen=True)
@@ -86,25 +77,25 @@ def upload(
             f"metadata {metadata.PATH!r} names one document of a base: upload one file with it"
         )
     uploads = checked or check_files(paths, kb.settings.max_upload_bytes)
-    owner = claimed_store(kb)
+    owner = intake.claimed_store(kb)
     stored = _store_all(kb, uploads, on_progress)
     skipped: list[Duplicate] = []
     kept = stored
     try:
         with kb.db.write() as conn:
             require_base(conn, kb.scope, base)
-            own_store(conn, kb, owner)
+            intake.own_store(conn, kb, owner)
             if skip_existing:
                 uploads, kept, skipped = _without_existing(conn, base, uploads, stored)
             # A stamp per document, so that `kb status` (newest first) and the queue
             # keep the order of the files named.
             inserted = [
                 _Inserted(
-                    insert_document(
+                    intake.insert_document(
                         conn,
                         kb.actor.name,
                         base,
-                        NewDocument(up.filename, up.kind.content_type, obj, meta),
+                        intake.NewDocument(up.filename, up.kind.content_type, obj, meta),
                         kb.timestamp(),
                     ),
                     up.filename,
@@ -115,11 +106,11 @@ def upload(
             duplicates = _duplicates(conn, base, inserted)
             if submit:
                 records: list[TaskRecord] | list[DocumentRecord] = [
-                    _submit(conn, kb.actor.name, new.document_id, kb.timestamp())
+                    intake.submit(conn, kb.actor.name, new.document_id, kb.timestamp())
                     for new in inserted
                 ]
             else:
-                records = [document_record(conn, new.document_id) for new in inserted]
+                records = [queries.document_record(conn, new.document_id) for new in inserted]
     except AlreadyExists as taken:
         pending.discard(kb, [obj.key for obj in stored])
         raise AlreadyExists(
@@ -230,21 +221,21 @@ def replace(kb: Kb, path: Path, document_id: str, meta: dict[str, str] | None = 
     [upload] = check_files([path], kb.settings.max_upload_bytes)
     meta = metadata.checked(meta or {})
     with kb.db.read() as conn:
-        require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
-    owner = claimed_store(kb)
+        intake.require_status(queries.get_document(conn, document_id), REPLACEABLE, "replace")
+    owner = intake.claimed_store(kb)
     [obj] = _store_all(kb, [upload])
     try:
         with kb.db.write() as conn:
             document = queries.existing_document(conn, document_id, lock=True)
-            own_store(conn, kb, owner)
-            renamed = replace_revision(
+            intake.own_store(conn, kb, owner)
+            renamed = intake.replace_revision(
                 conn,
                 kb.actor.name,
                 document,
-                NewDocument(upload.filename, upload.kind.content_type, obj, meta),
+                intake.NewDocument(upload.filename, upload.kind.content_type, obj, meta),
                 kb.timestamp(),
             )
-            record = document_record(conn, document_id)
+            record = queries.document_record(conn, document_id)
     except AlreadyExists as taken:
         pending.discard(kb, [obj.key])
         raise AlreadyExists(
@@ -258,62 +249,9 @@ def replace(kb: Kb, path: Path, document_id: str, meta: dict[str, str] | None = 
     return Replaced(record, renamed)
 
 
-def _renamed(document: DocumentRow, new_file: NewDocument) -> str | None:
-    """The old and new file, when the new one has another name or type."""
-    old = (document.filename, document.content_type)
-    new = (new_file.filename, new_file.content_type)
-    if old == new:
-        return None
-    return f"{old[0]} ({old[1]}) -> {new[0]} ({new[1]})"
-
-
-def replace_revision(
-    conn: Connection, actor: str, document: DocumentRow, new: NewDocument, now: str
-) -> str | None:
-    """In `conn`: the document's next revision is the stored file of `new`, its metadata
-    keys updated with `new.meta`; its old object is pending, the caller's to delete after
-    commit (pending.discard).
-    A conflict unless the document is draft, failed, published or unpublished. Returns
-    the old and new file when the new one has another name or type (_renamed)."""
-    require_status(document, REPLACEABLE, "replace")
-    renamed = _renamed(document, new)
-    revision = document.revision + 1
-    # A published (or unpublished) document goes back to draft; draft and failed
-    # keep their status so that `retry` reprocesses a failed document's new file.
-    served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
-    new_status = DocStatus.DRAFT if document.status in served else document.status
-    merged = metadata.checked({**meta_of(document.meta), **new.meta})
-    obj = new.stored
-    move_document(
-        conn,
-        document,
-        new_status,
-        actor=actor,
-        action="replace",
-        required=True,
-        detail=f"revision {revision}" + (f": {renamed}" if renamed else ""),
-        filename=new.filename,
-        content_type=new.content_type,
-        size_bytes=obj.size_bytes,
-        sha256=obj.sha256,
-        object_key=obj.key,
-        revision=revision,
-        updated_at=now,
-        meta=json.dumps(merged, ensure_ascii=False, sort_keys=True),
-    )
-    queries.insert_revision_file(conn, document.id, revision, new.filename, new.content_type, now)
-    if new.meta:
-        queries.insert_audit_events(conn, [meta_event(actor, document.id, new.meta, now)])
-    queries.delete_artefacts(conn, document.id)  # parses of the superseded file
-    pending.settle(conn, [obj.key])
-    if document.object_key != obj.key:
-        pending.release(conn, document.object_key, now)
-    return renamed
-
-
 def submit_document(kb: Kb, document_id: str) -> TaskRecord:
     with kb.db.write() as conn:
-        return _submit(conn, kb.actor.name, document_id, kb.timestamp())
+        return intake.submit(conn, kb.actor.name, document_id, kb.timestamp())
 
 
 def publish_document(kb: Kb, document_id: str, if_version: int | None = None) -> DocumentRecord:
@@ -321,7 +259,7 @@ def publish_document(kb: Kb, document_id: str, if_version: int | None = None) ->
     archived -> published: serve the unpublished revision again, without reprocessing."""
     with kb.db.write() as conn:
         document = queries.existing_document(conn, document_id, lock=True)
-        require_status(document, PUBLISHABLE, "publish")
+        intake.require_status(document, PUBLISHABLE, "publish")
         if if_version is not None and if_version != document.version:
             raise ConflictError(
                 f"document {document_id} is at version {document.version}, not {if_version}"
@@ -352,7 +290,7 @@ def publish_document(kb: Kb, document_id: str, if_version: int | None = None) ->
             raise ConflictError(f"document {document_id} changed meanwhile; read it and retry")
         # What nothing serves any more goes now: earlier revisions, an unpublished one.
         queries.delete_unpublished_chunks(conn, document_id, keep_revision=revision)
-        return document_record(conn, document_id)
+        return queries.document_record(conn, document_id)
 
 
 def publish_all_reviewed(kb: Kb) -> Iterator[DocumentRecord]:
@@ -366,19 +304,6 @@ def publish_all_reviewed(kb: Kb) -> Iterator[DocumentRecord]:
             yield publish_document(kb, document.document_id)
         except (ConflictError, NotFoundError):
             continue
-
-
-def document_record(conn: Connection, document_id: str) -> DocumentRecord:
-    rows = queries.list_documents(conn, document_id=document_id)
-    if not rows:
-        raise NotFoundError(f"no document with id {document_id!r}")
-    record = rows[0]
-    served = record.published_revision
-    if served is not None and served != record.revision:
-        file = queries.revision_file(conn, document_id, served)
-        if file is not None and file != (record.filename, record.content_type):
-            record.published_file = file._asdict()
-    return record
 
 
 def list_document_records(
@@ -445,26 +370,6 @@ def _shown(path: Path | str) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
-def claimed_store(kb: Kb) -> str | None:
-    """The database the store names as its owner; a store that names none yet (the
-    first upload) is claimed for this one. Read before any write transaction."""
-    pending.clean_abandoned(kb)  # what a killed command on this host left
-    owner = kb.store.owner(writing=True)
-    if owner is None:
-        with kb.db.read() as conn:
-            owner = queries.database_id(conn)
-        if owner is not None:  # every schema since 0001 has one
-            kb.store.claim(owner)
-    return owner
-
-
-def own_store(conn: Connection, kb: Kb, owner: str | None) -> None:
-    """In an upload's write: refuse a store of another knowledge base (its objects are
-    then deleted with the rest), and record where this knowledge base's store is."""
-    check_store_owner(conn, kb, owner)
-    queries.record_object_store(conn, kb.settings.store_where(short=False))
-
-
 def _store_all(
     kb: Kb, uploads: list[CheckedFile], on_progress: Callable[[int, int], None] | None = None
 ) -> list[StoredObject]:
@@ -494,140 +399,6 @@ def _store_all(
     return stored
 
 
-@dataclass(frozen=True)
-class NewDocument:
-    """What a new document row is made of: its file as stored, and its metadata."""
-
-    filename: str
-    content_type: str
-    stored: StoredObject
-    meta: dict[str, str]
-
-
-def insert_document(conn: Connection, actor: str, base: str, new: NewDocument, now: str) -> str:
-    """A draft document row with its audit events, in `conn`: its id. AlreadyExists
-    when its metadata `path` is taken in `base` (the database's unique index)."""
-    document_id = str(uuid.uuid4())
-    obj = new.stored
-    queries.insert_document(
-        conn,
-        id=document_id,
-        base=base,
-        filename=new.filename,
-        content_type=new.content_type,
-        size_bytes=obj.size_bytes,
-        sha256=obj.sha256,
-        object_key=obj.key,
-        status=DocStatus.DRAFT,
-        version=1,
-        revision=1,
-        published_revision=None,
-        latest_task_id=None,
-        created_at=now,
-        updated_at=now,
-        meta=json.dumps(new.meta, ensure_ascii=False, sort_keys=True),
-    )
-    queries.insert_revision_file(conn, document_id, 1, new.filename, new.content_type, now)
-    pending.settle(conn, [obj.key])
-    events = [
-        audit_event(actor, "upload", document_id, None, DocStatus.DRAFT, new.filename, at=now)
-    ]
-    if new.meta:
-        events.append(meta_event(actor, document_id, new.meta, now))
-    queries.insert_audit_events(conn, events)
-    return document_id
-
-
-def meta_event(actor: str, document_id: str, meta: dict[str, str], now: str) -> AuditEvent:
-    """The audit event of a document's metadata being set: every key and value."""
-    return audit_event(actor, "meta", document_id, None, None, metadata.describe(meta), at=now)
-
-
-def _submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskRecord:
-    """draft -> processing with a new queued task and its outbox event, in `conn`: the
-    task's record."""
-    document = queries.existing_document(conn, document_id, lock=True)
-    require_status(document, SUBMITTABLE, "submit")
-    task_id = str(uuid.uuid4())
-    queries.insert_task(
-        conn,
-        id=task_id,
-        document_id=document_id,
-        revision=document.revision,
-        status=TaskStatus.QUEUED,
-        stage=Stage.DOWNLOAD,
-        completed=0,
-        total=0,
-        attempt=0,
-        created_at=now,
-        updated_at=now,
-    )
-    if not move_document(
-        conn,
-        document,
-        DocStatus.PROCESSING,
-        actor=actor,
-        action="submit",
-        detail=f"task {task_id}",
-        latest_task_id=task_id,
-        rejected_revision=None,
-        rejected_reason=None,
-        updated_at=now,
-    ):
-        raise ConflictError(f"document {document_id} changed meanwhile; try again")
-    queries.insert_audit_events(
-        conn,
-        [
-            audit_event(
-                actor,
-                "submit",
-                task_id,
-                None,
-                TaskStatus.QUEUED,
-                f"document {document_id} revision {document.revision}",
-                at=now,
-            )
-        ],
-    )
-    task = queries.existing_task(conn, task_id)
-    queries.insert_event(
-        conn, EventType.TASK_QUEUED, document_id, task_id, task_event_data(task), now
-    )
-    queries.wake(conn, TASKS_CHANNEL)
-    return TaskRecord.from_row(task, document.filename)
-
-
-submit_in = _submit  # for a service that submits inside its own transaction (kb sync)
-
-# What a person can do next with a document in each status, for refusals.
-NEXT_STEP = {
-    DocStatus.DRAFT: "submit it first: kb submit {id}",
-    DocStatus.PROCESSING: "its task has not ended: kb status {id} --wait (or kb cancel {id})",
-    DocStatus.REVIEW_PENDING: "a reviewer publishes it (kb publish {id}) or rejects it "
-    "(kb reject {id} --reason TEXT) first",
-    DocStatus.PUBLISHED: "to change it: kb upload FILE --replace {id}",
-    DocStatus.FAILED: "fix the cause (kb upload FILE --replace {id}), then: kb retry {id}",
-    DocStatus.ARCHIVED: "kb publish {id} serves it again; kb upload FILE --replace {id} changes it",
-    DocStatus.DELETING: "it cannot change any more",
-}
-# The status a verb leads to: refusing it there is "already".
-_OUTCOME = {"publish": DocStatus.PUBLISHED, "submit": DocStatus.PROCESSING}
-
-
-def require_status(document: DocumentRow | None, allowed: tuple[DocStatus, ...], verb: str) -> None:
-    """A conflict unless the document's status is one `verb` takes: the status, once,
-    and what to do next."""
-    if document is None:
-        raise NotFoundError("no document with that id")
-    status = document.status
-    if status not in allowed:
-        already = "already " if _OUTCOME.get(verb) == status else ""
-        hint = NEXT_STEP[status].format(id=document.id)
-        raise ConflictError(
-            f"cannot {verb} document {document.id}: it is {already}{status}; {hint}"
-        )
-
-
 def document_record_for(kb: Kb, document_id: str) -> DocumentRecord:
     with kb.db.read() as conn:
-        return document_record(conn, document_id)
+        return queries.document_record(conn, document_id)

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kb_cli import queries
+from kb_cli import intake, queries
 from kb_cli.app import Kb, require_base
 from kb_cli.errors import ConflictError, NotFoundError, UsageError
 from kb_cli.lifecycle import REPLACEABLE, DocStatus
 from kb_cli.records import DocumentRow
-from kb_cli.services import documents, tasks
 from kb_cli.transitions import move_document
 
 
@@ -80,7 +79,7 @@ def _queue(kb: Kb, document_id: str) -> Reparse:
     now, actor = kb.timestamp(), kb.actor.name
     with kb.db.write() as conn:
         document = queries.existing_document(conn, document_id, lock=True)
-        documents.require_status(document, REPLACEABLE, "reparse")
+        intake.require_status(document, REPLACEABLE, "reparse")
         served = (DocStatus.PUBLISHED, DocStatus.ARCHIVED)
         new_status = DocStatus.DRAFT if document.status in served else document.status
         move_document(
@@ -99,10 +98,10 @@ def _queue(kb: Kb, document_id: str) -> Reparse:
         )
         queries.delete_artefacts(conn, document_id)
         if new_status == DocStatus.FAILED and document.latest_task_id is not None:
-            tasks.requeue_in(conn, actor, document.latest_task_id, now)
+            intake.requeue(conn, actor, document.latest_task_id, now)
             task_id = document.latest_task_id
         else:
-            task_id = documents.submit_in(conn, actor, document_id, now).task_id
+            task_id = intake.submit(conn, actor, document_id, now).task_id
         row = queries.existing_document(conn, document_id)
     return Reparse(row.id, row.filename, row.base, row.status, row.revision, task_id, True)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.errors import ConflictError, UsageError
+from kb_cli.intake import require_status
 from kb_cli.lifecycle import REJECTABLE, DocStatus
 from kb_cli.records import DocumentRecord
-from kb_cli.services.documents import document_record, require_status
 from kb_cli.transitions import move_document
 
 MAX_REASON_CHARS = 500
@@ -40,7 +40,7 @@ def reject_document(kb: Kb, document_id: str, reason: str) -> DocumentRecord:
         )
     _remove_revision(kb, document_id, document.revision)
     with kb.db.read() as conn:
-        return document_record(conn, document_id)
+        return queries.document_record(conn, document_id)
 
 
 def _remove_revision(kb: Kb, document_id: str, revision: int) -> None:
@@ -77,4 +77,4 @@ def unpublish_document(kb: Kb, document_id: str) -> DocumentRecord:
             archived_revision=served,
             updated_at=kb.timestamp(),
         )
-        return document_record(conn, document_id)
+        return queries.document_record(conn, document_id)

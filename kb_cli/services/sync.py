@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb_cli import metadata, queries
+from kb_cli import intake, metadata, pending, queries
 from kb_cli.app import Kb, require_base
 from kb_cli.errors import AlreadyExists, ConflictError, UsageError
 from kb_cli.lifecycle import REPLACEABLE, DocStatus
@@ -25,7 +25,7 @@ from kb_cli.parsers import FileKind
 from kb_cli.permissions import REVIEWERS
 from kb_cli.queries import SyncedDocument
 from kb_cli.records import DocumentRow, meta_of
-from kb_cli.services import documents, pending, removal, review, tasks
+from kb_cli.services import removal, review
 from kb_cli.store import StoredObject
 from kb_cli.store.sources import FAILED, SKIPPED, Entry, Source, open_source
 
@@ -82,8 +82,7 @@ class Counters:
     uploaded: int = 0
 
 
-def check_options(kb: Kb, options: SyncOptions) -> None:
-    """Everything that can be refused before SOURCE is read."""
+def _check_options(kb: Kb, options: SyncOptions) -> None:
     if options.missing not in MISSING_CHOICES:
         raise UsageError(f"--missing is one of: {', '.join(MISSING_CHOICES)}")
     role = kb.actor.role
@@ -96,25 +95,18 @@ def check_options(kb: Kb, options: SyncOptions) -> None:
         )
 
 
-def sync(
-    kb: Kb,
-    location: str,
-    options: SyncOptions,
-    summary: SyncSummary,
-    progress: Callable[[Counters], None] | None = None,
-) -> Iterator[SyncRecord]:
-    """Each path's record, as it is decided; `summary` counts them."""
-    check_options(kb, options)
+def sync(kb: Kb, location: str, options: SyncOptions) -> SyncRun:
+    """A sync of `location` into the options' base, once everything that can be
+    refused before it is read has been: the options, the caller's role, the source,
+    the base. Its `records` read it."""
+    _check_options(kb, options)
     source = _source(location)
     if not options.dry_run:
         pending.clean_abandoned(kb)  # what a sync killed on this host left behind
     with kb.db.read() as conn:
         require_base(conn, kb.scope, options.base)
         known = {row.path: row for row in queries.synced_documents(conn, options.base, SIZE, STAMP)}
-    run = _Run(kb, source, options, known, Counters(), progress)
-    for record in run.records():
-        summary.counts[record.action] += 1
-        yield record
+    return SyncRun(kb, source, options, known)
 
 
 def _source(location: str) -> Source:
@@ -129,18 +121,13 @@ def _source(location: str) -> Source:
     return open_source(location)
 
 
-class _Run:
+class SyncRun:
     def __init__(
-        self,
-        kb: Kb,
-        source: Source,
-        options: SyncOptions,
-        known: dict[str, SyncedDocument],
-        counters: Counters,
-        progress: Callable[[Counters], None] | None,
+        self, kb: Kb, source: Source, options: SyncOptions, known: dict[str, SyncedDocument]
     ) -> None:
-        self.kb, self.source, self.options = kb, source, options
-        self.known, self.counters, self.progress = known, counters, progress
+        self.kb, self.source, self.options, self.known = kb, source, options, known
+        self.counters = Counters()
+        self.progress: Callable[[Counters], None] | None = None
         self.store_owner: str | None = None  # read (and claimed) before the first put
         self.store_checked = False
         self.keys = pending.Keys(kb)
@@ -148,7 +135,17 @@ class _Run:
         # under them is not missing.
         self.unlisted: list[str] = []
 
-    def records(self) -> Iterator[SyncRecord]:
+    def records(
+        self, summary: SyncSummary, progress: Callable[[Counters], None] | None = None
+    ) -> Iterator[SyncRecord]:
+        """Each path's record, as it is decided; `summary` counts them, `progress`
+        hears the live counts."""
+        self.progress = progress
+        for record in self._decided():
+            summary.counts[record.action] += 1
+            yield record
+
+    def _decided(self) -> Iterator[SyncRecord]:
         try:
             for entry in self.source.entries():
                 if entry.outcome == FAILED and entry.path.endswith("/"):
@@ -216,7 +213,7 @@ class _Run:
                 return SyncRecord(
                     entry.path, FAILED, document_id, "changed while being read; sync again"
                 )
-            new = documents.NewDocument(
+            new = intake.NewDocument(
                 entry.path.rsplit("/", 1)[-1], kind.content_type, obj, self._meta(read)
             )
             if document is None:
@@ -225,7 +222,7 @@ class _Run:
 
     def _put(self, local: Path) -> StoredObject:
         if not self.store_checked:
-            self.store_owner, self.store_checked = documents.claimed_store(self.kb), True
+            self.store_owner, self.store_checked = intake.claimed_store(self.kb), True
         key = self.keys.take()  # recorded before it is written: never an orphan
         try:
             with open(local, "rb") as data:
@@ -244,15 +241,15 @@ class _Run:
             STAMP: read.stamp,
         }
 
-    def _add(self, path: str, new: documents.NewDocument) -> SyncRecord:
+    def _add(self, path: str, new: intake.NewDocument) -> SyncRecord:
         kb = self.kb
         try:
             with kb.db.write() as conn:
-                documents.own_store(conn, kb, self.store_owner)
-                document_id = documents.insert_document(
+                intake.own_store(conn, kb, self.store_owner)
+                document_id = intake.insert_document(
                     conn, kb.actor.name, self.options.base, new, kb.timestamp()
                 )
-                documents.submit_in(conn, kb.actor.name, document_id, kb.timestamp())
+                intake.submit(conn, kb.actor.name, document_id, kb.timestamp())
         except AlreadyExists:
             pending.discard(kb, [new.stored.key])
             return SyncRecord(path, SKIPPED, None, "another command added this path meanwhile")
@@ -261,19 +258,19 @@ class _Run:
             raise
         return SyncRecord(path, ADDED, document_id)
 
-    def _change(self, path: str, document: DocumentRow, new: documents.NewDocument) -> SyncRecord:
+    def _change(self, path: str, document: DocumentRow, new: intake.NewDocument) -> SyncRecord:
         kb = self.kb
         try:
             with kb.db.write() as conn:
                 current = queries.existing_document(conn, document.id, lock=True)
-                documents.own_store(conn, kb, self.store_owner)
-                documents.replace_revision(conn, kb.actor.name, current, new, kb.timestamp())
+                intake.own_store(conn, kb, self.store_owner)
+                intake.replace_revision(conn, kb.actor.name, current, new, kb.timestamp())
                 if current.status == DocStatus.FAILED:
                     if current.latest_task_id is None:
                         raise ConflictError("a failed document without a task")
-                    tasks.requeue_in(conn, kb.actor.name, current.latest_task_id, kb.timestamp())
+                    intake.requeue(conn, kb.actor.name, current.latest_task_id, kb.timestamp())
                 else:
-                    documents.submit_in(conn, kb.actor.name, document.id, kb.timestamp())
+                    intake.submit(conn, kb.actor.name, document.id, kb.timestamp())
         except ConflictError as refused:
             pending.discard(kb, [new.stored.key])
             status = _status_now(kb, document.id)
@@ -302,7 +299,7 @@ class _Run:
             )
             queries.insert_audit_events(
                 conn,
-                [documents.meta_event(self.kb.actor.name, current.id, stamps, self.kb.timestamp())],
+                [intake.meta_event(self.kb.actor.name, current.id, stamps, self.kb.timestamp())],
             )
 
     def _missing(self) -> Iterator[SyncRecord]:

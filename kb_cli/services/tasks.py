@@ -6,23 +6,19 @@ import threading
 import time
 from typing import Protocol
 
-from kb_cli import queries
+from kb_cli import intake, queries
 from kb_cli.app import Kb, require_caller
 from kb_cli.db import Connection, format_stamp, outlasting_outages
 from kb_cli.errors import ConflictError, WaitTimeout
 from kb_cli.lifecycle import (
     CANCELLABLE,
-    RETRYABLE_DOC,
-    RETRYABLE_TASK,
     TERMINAL_TASK_STATUSES,
     DocStatus,
-    EventType,
     TaskStatus,
 )
 from kb_cli.records import DocumentRecord, DocumentRow, QueuePlace, TaskRecord, TaskRow
-from kb_cli.services.documents import document_record
 from kb_cli.transitions import cancel_task as cancel_task_row
-from kb_cli.transitions import move_document, requeue_task, task_event_data
+from kb_cli.transitions import move_document
 
 WAIT_POLL_SECONDS = 0.2
 QUEUE_POLL_SECONDS = 1.0
@@ -37,7 +33,7 @@ def get_record(kb: Kb, entity_id: str, kind: str | None = None) -> DocumentRecor
     document id."""
     with kb.db.read() as conn:
         if kind == "documents":
-            return document_record(conn, entity_id)
+            return queries.document_record(conn, entity_id)
         return _task_record(conn, queries.existing_task(conn, entity_id))
 
 
@@ -156,7 +152,7 @@ def retry_task(kb: Kb, entity_id: str, kind: str | None = None) -> TaskRecord:
     """failed/failed -> queued/processing, on the same task row, attempt unchanged."""
     with kb.db.write() as conn:
         task_id = _task_id_for(conn, entity_id, kind)
-        filename = _requeue(conn, kb.actor.name, task_id, kb.timestamp())
+        filename = intake.requeue(conn, kb.actor.name, task_id, kb.timestamp())
         return TaskRecord.from_row(queries.existing_task(conn, task_id), filename)
 
 
@@ -165,7 +161,7 @@ def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
         records = []
         for task_id in queries.failed_task_ids(conn, error_code, kb.scope):
             try:
-                filename = _requeue(conn, kb.actor.name, task_id, kb.timestamp())
+                filename = intake.requeue(conn, kb.actor.name, task_id, kb.timestamp())
             except ConflictError:
                 continue  # e.g. an older failed task of a document that moved on
             records.append(TaskRecord.from_row(queries.existing_task(conn, task_id), filename))
@@ -191,49 +187,3 @@ def _task_id_for(conn: Connection, entity_id: str, kind: str | None) -> str:
             f"kb submit {entity_id} (then kb status ID --wait follows its task)"
         )
     return document.latest_task_id
-
-
-def _requeue(conn: Connection, actor: str, task_id: str, now: str) -> str:
-    """Requeue the failed task: its document's file name."""
-    task = queries.existing_task(conn, task_id, lock=True)
-    document = queries.get_document(conn, task.document_id, lock=True)
-    if document is None:
-        raise ConflictError(f"cannot retry task {task_id}: its document no longer exists")
-    if task.status not in RETRYABLE_TASK or document.status not in RETRYABLE_DOC:
-        raise ConflictError(
-            f"cannot retry task {task_id}: task is {task.status} and document is "
-            f"{document.status}; only failed tasks of failed documents can be retried "
-            f"(kb status {document.id} shows where it stands)"
-        )
-    if document.latest_task_id != task_id:
-        raise ConflictError(
-            f"task {task_id} is not the latest task of its document: "
-            f"kb retry {document.id} retries the latest"
-        )
-    requeued = requeue_task(
-        conn,
-        task,
-        actor=actor,
-        action="retry",
-        required=True,
-        detail=f"was {task.error_code}",
-        revision=document.revision,
-        updated_at=now,
-    )
-    move_document(
-        conn,
-        document,
-        DocStatus.PROCESSING,
-        actor=actor,
-        action="retry",
-        required=True,
-        detail=f"task {task_id}",
-        updated_at=now,
-    )
-    assert requeued is not None  # required: a lost race raised ConflictError
-    data = task_event_data(requeued)
-    queries.insert_event(conn, EventType.TASK_QUEUED, document.id, task_id, data, now)
-    return document.filename
-
-
-requeue_in = _requeue  # for a service that retries inside its own transaction (kb sync)

@@ -14,10 +14,9 @@ from kb_cli.app import Kb
 from kb_cli.db import Connection
 from kb_cli.engines import EVENTS_CHANNEL, TASKS_CHANNEL
 from kb_cli.errors import ConflictError, NotFoundError, UsageError
-from kb_cli.permissions import Role
+from kb_cli.permissions import Role, check_names
 from kb_cli.records import UserRecord, UserRow
 from kb_cli.services.access import NewUser, make_token
-from kb_cli.services.bases import check_names
 from kb_cli.transitions import audit_event
 
 ACTIVE, DISABLED = "active", "disabled"

@@ -92,9 +92,9 @@ KILLED_AFTER_STORING = """
 import io, os, signal
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from kb_cli.services import documents, pending
+from kb_cli import intake, pending
 kb = Kb.open(resolve_settings(), actor="tester")
-documents.claimed_store(kb)
+intake.claimed_store(kb)
 [key] = pending.reserve(kb, 1)
 kb.store.put(io.BytesIO(b"Half done: no row names this."), 1 << 20, key)
 print(key, flush=True)

@@ -1,4 +1,4 @@
-"""Objects recorded as pending (kb_cli/services/pending.py): an object of a live command
+"""Objects recorded as pending (kb_cli/pending.py): an object of a live command
 is no problem, one of a gone command is `abandoned_object` at once and is cleaned by the
 next command on its host or by `kb doctor --repair`; another host's is judged by age;
 an object a document names is never deleted, whatever a row says."""
@@ -9,8 +9,8 @@ import io
 import os
 import socket
 
-from kb_cli import queries
-from kb_cli.services import doctor, documents, pending
+from kb_cli import intake, pending, queries
+from kb_cli.services import doctor, documents
 from kb_cli.store import QUARANTINE, FileObjectStore
 from tests.helpers import later, object_keys
 
@@ -39,7 +39,7 @@ def pending_keys(kb) -> set[str]:
 
 
 def test_a_live_commands_object_is_no_problem_and_a_gone_ones_is_cleaned(kb, tmp_path):
-    documents.claimed_store(kb)
+    intake.claimed_store(kb)
     live = planted(kb, pending.this_process())
     gone = planted(kb, GONE)
     assert kinds(kb) == [("abandoned_object", gone)]  # at once: no grace period
@@ -53,7 +53,7 @@ def test_a_live_commands_object_is_no_problem_and_a_gone_ones_is_cleaned(kb, tmp
 
 
 def test_another_hosts_object_is_left_alone_until_it_is_old_then_quarantined(kb):
-    documents.claimed_store(kb)
+    intake.claimed_store(kb)
     key = planted(kb, ELSEWHERE)
     assert kinds(kb) == []
     assert pending.clean_abandoned(later(3600)) == []  # only this host's are cleaned
@@ -66,7 +66,7 @@ def test_another_hosts_object_is_left_alone_until_it_is_old_then_quarantined(kb)
 
 
 def test_doctor_repair_deletes_an_abandoned_object(kb):
-    documents.claimed_store(kb)
+    intake.claimed_store(kb)
     key = planted(kb, GONE)
     report = doctor.check(kb, repair=True)
     assert [(p.kind, p.id) for p in report.repaired] == [("abandoned_object", key)]
