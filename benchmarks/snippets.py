@@ -26,17 +26,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from retrieval import ingest, load_corpora
 
 from kb_cli import textsearch
+from kb_cli.lexical import snippets
 from kb_cli.stopwords import is_stopword
 
 MARK = re.compile(r"\[([^\[\]]+)\]")
-LATIN = textsearch._LATIN_WORD  # a letter or digit of a spaced script
+LATIN = snippets._LATIN_WORD  # a letter or digit of a spaced script
 
 
 def reference_snippet(text: str, needles: list[str], width: int = 60) -> str:
     """main's snippet before this change: the first needle found from a word's start."""
 
     def find(needle: str) -> tuple[int, int] | None:
-        if textsearch._UNSPACED_RUN.search(needle):
+        if textsearch.UNSPACED_RUN.search(needle):
             position = text.lower().find(needle.lower())
             return (position, position + len(needle)) if position >= 0 else None
         match = re.search(rf"(?<![^\W_]){re.escape(needle)}[^\W_]*", text, re.IGNORECASE)
@@ -44,7 +45,7 @@ def reference_snippet(text: str, needles: list[str], width: int = 60) -> str:
 
     found = [match for needle in needles if needle and (match := find(needle))]
     if not found:
-        stems = [n[: max(4, len(n) - 3)] for n in needles if not textsearch._UNSPACED_RUN.search(n)]
+        stems = [n[: max(4, len(n) - 3)] for n in needles if not textsearch.UNSPACED_RUN.search(n)]
         found = [match for stem in stems if (match := find(stem))]
     if not found:
         return text[: 2 * width]
@@ -60,11 +61,11 @@ def index_matched(mark: str, query: textsearch.Query) -> bool:
     stem, a Chinese word of the query)."""
     if any(mark.lower() == phrase.lower() for phrase in query.phrases):
         return True
-    if is_stopword(mark) or (len(mark) == 1 and not textsearch._UNSPACED_RUN.match(mark)):
+    if is_stopword(mark) or (len(mark) == 1 and not textsearch.UNSPACED_RUN.match(mark)):
         return False
-    if textsearch._UNSPACED_RUN.fullmatch(mark):
+    if textsearch.UNSPACED_RUN.fullmatch(mark):
         return mark in query.terms
-    stems = textsearch._STEMMER.stems([mark, *query.terms])
+    stems = snippets._STEMMER.stems([mark, *query.terms])
     return stems[mark] in {stems[term] for term in query.terms}
 
 
@@ -101,10 +102,10 @@ def measure(kb, questions: list[dict]) -> dict[str, dict[str, float]]:
         for hit in search(kb, SearchRequest(question["question"], 3)).hits:
             # Brackets of the text (Markdown links, lists) would read as marks.
             text = hit.text.replace("[", "(").replace("]", ")")
-            matched = bool(textsearch.matched_spans(text, query))
+            matched = bool(snippets.matched_spans(text, query))
             for name, make, argument in (
                 ("before", reference_snippet, needles),
-                ("now", textsearch.snippet, query),
+                ("now", snippets.snippet, query),
             ):
                 started = time.perf_counter()
                 shown = make(text, argument)

@@ -13,6 +13,7 @@ from kb_cli.chunking import contextual_text, merge_passage
 from kb_cli.db import Connection
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
 from kb_cli.lexical.phrases import chunks_with_phrases
+from kb_cli.lexical.snippets import snippet
 from kb_cli.metadata import MetaFilter
 from kb_cli.permissions import Scope
 from kb_cli.queries import ChunkDetail, PassageChunk
@@ -31,7 +32,7 @@ from kb_cli.ranking import (
     single,
 )
 from kb_cli.records import AlsoIn, SearchHit
-from kb_cli.textsearch import Query, parse_query, script_of, snippet
+from kb_cli.textsearch import Query, parse_query, script_of
 
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from kb_cli.chunking import chunk_blocks
 from kb_cli.embeddings.local import TOKENIZER_FILE, WEIGHTS_FILE, LocalEmbedder, package_dir
+from kb_cli.lexical.snippets import matched_spans, snippet
 from kb_cli.parsers import Block
 from kb_cli.ranking import Hit, Ranking, best_per_document, fuse, top_similar
-from kb_cli.textsearch import index_terms, matched_spans, parse_query, snippet
+from kb_cli.textsearch import index_terms, parse_query
 from tests.helpers import hostile_queries
 
 # --- words -----------------------------------------------------------------------------

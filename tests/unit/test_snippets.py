@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from kb_cli.textsearch import parse_query, snippet
+from kb_cli.lexical.snippets import snippet
+from kb_cli.textsearch import parse_query
 
 POLICY = (
     "Business Travel Policy: mileage for trips. Engineering splits the other costs. "
