@@ -107,6 +107,9 @@ def request(text: str, config: dict):
     from kb_cli.ranking import SearchMode
     from kb_cli.services.search import SearchRequest
 
+    unknown = set(config) - {"mode", "per_document"}
+    if unknown:
+        raise ValueError(f"a configuration this benchmark cannot ask for: {sorted(unknown)}")
     mode = config.get("mode")
     return SearchRequest(
         text, DEPTH, SearchMode(mode) if mode else None, config.get("per_document", False)

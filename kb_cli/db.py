@@ -95,6 +95,13 @@ class Result:
         row: RawRow | None = self._cursor.fetchone()
         return row
 
+    def one(self) -> RawRow:
+        """The row a statement always returns (an aggregate's)."""
+        row = self.first()
+        if row is None:
+            raise InternalError("a statement of one row returned none")
+        return row
+
     def all(self) -> list[RawRow]:
         rows: list[RawRow] = self._cursor.fetchall()
         return rows

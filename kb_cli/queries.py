@@ -1,7 +1,10 @@
-"""Every SQL statement the product runs, as named functions over a Connection.
+"""The product's SQL statements, as named functions over a Connection: every one but
+the indexes' own (the words rankings in kb_cli/lexical/, the stored vectors the vector
+indexes read in kb_cli/vectors/) and the schema's (kb_cli/migrations/).
 
 Statements are plain SQL with `:name` parameters, the same text on SQLite and
-PostgreSQL; the few clauses that differ (row locks, search) come from the engine.
+PostgreSQL; the few clauses that differ (row locks, a caseless LIKE, JSON metadata)
+come from the engine.
 State changes are guarded UPDATEs: they name the statuses they may start from (and,
 for a worker, the claim they belong to) and return the changed row, or None when no
 row matched, so the caller can tell a legal transition from a lost race.

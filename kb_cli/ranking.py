@@ -11,7 +11,7 @@ import string
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ class Hit:
 
     chunk: int
     score: float
-    ranks: Mapping[Ranking, int]
+    ranks: Mapping[Ranking, int] = field(hash=False)  # never changed once made
 
     def rank(self, ranking: Ranking) -> int | None:
         """Its rank in `ranking`; None when that ranking did not return it."""

@@ -3,8 +3,9 @@ and the rows themselves, one typed record per table that code reads.
 
 Plain (not frozen) dataclasses: a frozen one sets each field through
 `object.__setattr__`, which doubled the cost of listing 10,000 documents. Rows are
-named tuples: built positionally from the driver's row at the cost of a tuple, and
-immutable; a status or stage is its enum from the moment the row is read (`read`).
+named tuples: built positionally from the driver's row, and immutable; a status or
+stage is its enum from the moment the row is read (`read`, by a dictionary lookup:
+about 0.4 µs a row, where calling the enum cost five times as much).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ class DocumentRow(NamedTuple):
     @classmethod
     def read(cls, values: Sequence[Any]) -> DocumentRow:
         """The row the driver returned (its columns in this order), status typed."""
-        row = cls._make(values)
-        return row._replace(status=DocStatus(row.status))
+        typed = list(values)
+        typed[_DOCUMENT_STATUS] = _DOC_STATUSES[typed[_DOCUMENT_STATUS]]
+        return cls._make(typed)
 
 
 def meta_of(value: Any) -> dict[str, str]:
@@ -78,8 +80,18 @@ class TaskRow(NamedTuple):
     def read(cls, values: Sequence[Any]) -> TaskRow:
         """The row the driver returned (its columns in this order), status and stage
         typed."""
-        row = cls._make(values)
-        return row._replace(status=TaskStatus(row.status), stage=Stage(row.stage))
+        typed = list(values)
+        typed[_TASK_STATUS] = _TASK_STATUSES[typed[_TASK_STATUS]]
+        typed[_TASK_STAGE] = _STAGES[typed[_TASK_STAGE]]
+        return cls._make(typed)
+
+
+# Where `read` types a column, and what each stored value stands for.
+_DOCUMENT_STATUS = DocumentRow._fields.index("status")
+_TASK_STATUS, _TASK_STAGE = TaskRow._fields.index("status"), TaskRow._fields.index("stage")
+_DOC_STATUSES = {status.value: status for status in DocStatus}
+_TASK_STATUSES = {status.value: status for status in TaskStatus}
+_STAGES = {stage.value: stage for stage in Stage}
 
 
 class UserRow(NamedTuple):

@@ -61,7 +61,9 @@ def search(
 
     filters = metadata.parse_where(where or [])
     kb = open_kb(ctx, SEARCH, base)
-    request = search_service.SearchRequest(query, limit, mode, per_document, base, context, filters)
+    request = search_service.SearchRequest(
+        query, limit, mode, per_document=per_document, base=base, context=context, where=filters
+    )
     console.print_search(search_service.search(kb, request), json_out)
 
 

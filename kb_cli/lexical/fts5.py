@@ -80,7 +80,9 @@ RESCORED_PER_RESULT = 2
 RESCORED_ALL = 2_000
 
 
-def ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
+def ranked_by_the_index(
+    conn: Connection, terms: list[str], phrases: list[str], limit: int
+) -> list[Scored]:
     """The best `limit` published chunks (with every phrase) by the index's BM25,
     whose statistics cover the whole index: FTS5's own bm25() over every match when
     the question's words hold at most EXACT_POSTINGS chunks, else ranked_from_the_rarest."""
@@ -93,7 +95,9 @@ def ranked_by_the_index(conn, terms: list[str], phrases: list[str], limit: int) 
     return ranked_from_the_rarest(conn, frequency, phrases, limit)
 
 
-def ranked_by_bm25(conn, terms: list[str], phrases: list[str], limit: int) -> list[Scored]:
+def ranked_by_bm25(
+    conn: Connection, terms: list[str], phrases: list[str], limit: int
+) -> list[Scored]:
     """FTS5's bm25() of every match: the best `limit` published chunks (with every
     phrase) of the index's best matches, in the order of (score, id) that a ranking of
     every match gives."""
@@ -123,7 +127,7 @@ def ranked_by_bm25(conn, terms: list[str], phrases: list[str], limit: int) -> li
 
 
 def ranked_from_the_rarest(
-    conn, frequency: dict[str, int], phrases: list[str], limit: int
+    conn: Connection, frequency: dict[str, int], phrases: list[str], limit: int
 ) -> list[Scored]:
     """BM25 with the index's own statistics, as bm25() computes it, of candidates the
     words choose: the chunks whose words in at most COMMON_CHUNKS chunks (and more
@@ -162,7 +166,7 @@ def _choosing(frequency: dict[str, int], enough: int) -> list[str]:
     return chosen
 
 
-def _listed(conn, stem: str) -> np.ndarray:
+def _listed(conn: Connection, stem: str) -> np.ndarray:
     """The ids of the chunks holding the word, ascending, as the index lists them
     (group_concat: about a tenth of a microsecond a chunk)."""
 
@@ -220,17 +224,17 @@ def _holding_every(lists: list[np.ndarray]) -> list[int]:
     return list(common.tolist())
 
 
-def _chunks_holding(conn, stems: list[str]) -> dict[str, int]:
+def _chunks_holding(conn: Connection, stems: list[str]) -> dict[str, int]:
     """How many chunks hold each word, from the index's vocabulary (it reads each
     word's list of chunks, about ten times faster than bm25() scores them)."""
     params = {f"t{i}": stem for i, stem in enumerate(stems)}
     placeholders = ", ".join(":" + name for name in params)
     sql = f"SELECT term, doc FROM temp.kb_index_words WHERE term IN ({placeholders})"
-    held = dict(conn.execute(sql, params).all())
+    held: dict[str, int] = dict(conn.execute(sql, params).all())
     return {stem: int(held.get(stem, 0)) for stem in stems}
 
 
-def _index_totals(conn) -> tuple[int, float]:
+def _index_totals(conn: Connection) -> tuple[int, float]:
     """(chunks, mean length in words) of the whole index, as bm25() reads them: FTS5's
     averages record (row 1 of its data table), the chunk count then each column's
     token count, as SQLite varints."""
@@ -259,14 +263,14 @@ def _varints(data: bytes) -> list[int]:
     return values
 
 
-def _holding_all(conn, stems: list[str], window: int) -> set[int]:
+def _holding_all(conn: Connection, stems: list[str], window: int) -> set[int]:
     """The first `window` chunks holding every word."""
     match = " AND ".join('"' + stem.replace('"', '""') + '"' for stem in stems)
     sql = "SELECT rowid FROM chunks_terms WHERE chunks_terms MATCH :m LIMIT :n"
     return set(conn.execute(sql, {"m": match, "n": window}).scalars())
 
 
-def _rescored(conn, candidates: set[int], corpus: Corpus) -> dict[int, float]:
+def _rescored(conn: Connection, candidates: set[int], corpus: Corpus) -> dict[int, float]:
     """BM25 of each candidate on every word, from its own text indexed again with the
     index's tokenizer (term frequencies and lengths as the index counts them)."""
     ids = json.dumps(sorted(candidates))
@@ -292,7 +296,7 @@ def _rescored(conn, candidates: set[int], corpus: Corpus) -> dict[int, float]:
 
 
 def _best_published(
-    conn,
+    conn: Connection,
     candidates: set[int],
     corpus: Corpus,
     phrases: list[str],
@@ -314,10 +318,10 @@ def _best_published(
     return best_scored({chunk: scores[chunk] for chunk in kept}, limit)
 
 
-def _matches(conn, match: object, most: int) -> int:
+def _matches(conn: Connection, match: object, most: int) -> int:
     """How many chunks match, counted up to `most`."""
     sql = "SELECT count(*) FROM (SELECT 1 FROM chunks_terms WHERE chunks_terms MATCH :m LIMIT :n)"
-    return int(conn.execute(sql, {"m": match, "n": most}).first()[0])
+    return int(conn.execute(sql, {"m": match, "n": most}).one()[0])
 
 
 def _any_of(terms: list[str]) -> str:
@@ -326,7 +330,12 @@ def _any_of(terms: list[str]) -> str:
 
 
 def ranked_in_scope(
-    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict[str, Any]
+    conn: Connection,
+    terms: list[str],
+    phrases: list[str],
+    limit: int,
+    scope: str,
+    scope_params: dict[str, Any],
 ) -> list[Scored]:
     """ranking.bm25 of the published chunks in `scope` with the statistics of `scope`
     only (when some base is out of it): the scope's chunks, mean length and chunks
@@ -374,7 +383,7 @@ class ScopeRuns:
         self.mean_length = words / chunks if chunks else 0.0
 
     @classmethod
-    def of(cls, conn, scope: str, scope_params: dict[str, Any]) -> ScopeRuns | None:
+    def of(cls, conn: Connection, scope: str, scope_params: dict[str, Any]) -> ScopeRuns | None:
         """The scope's runs; None when one of them is not consecutive (it holds ids of
         other chunks). One row back, the ids as text: a large base has a run per
         revision, 172,000 at 986k chunks, and a row each took 0.4 s."""
@@ -384,7 +393,7 @@ class ScopeRuns:
             " coalesce(sum(r.words), 0), coalesce(sum(r.last_id - r.first_id + 1 != r.chunks), 0)"
             f" FROM chunk_runs AS r JOIN documents AS d ON d.id = r.document_id WHERE {scope}",
             scope_params,
-        ).first()
+        ).one()
         if gaps:
             return None
         return cls(_id_array(firsts), _id_array(lasts), int(chunks), int(words))
@@ -401,7 +410,12 @@ class ScopeRuns:
 
 
 def ranked_from_postings(
-    conn, stems: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict[str, Any]
+    conn: Connection,
+    stems: list[str],
+    phrases: list[str],
+    limit: int,
+    scope: str,
+    scope_params: dict[str, Any],
 ) -> list[Scored]:
     """ranking.bm25 over the index's postings of every chunk in `scope` holding a
     word: about 4 times slower than bm25() (benchmark case 7), and seconds for common
@@ -429,14 +443,14 @@ def ranked_from_postings(
         "SELECT count(*), coalesce(avg(c.term_count), 0) FROM chunks AS c "
         f"JOIN documents AS d ON d.id = c.document_id WHERE {scope}",
         scope_params,
-    ).first()
+    ).one()
     frequency = Counter(row[1] for row in rows)
     scores = bm25(Corpus(chunks, mean_length, dict(frequency)), (row[:4] for row in rows))
     keep = {row[0] for row in rows if row[4]}
     return best_scored({chunk: score for chunk, score in scores.items() if chunk in keep}, limit)
 
 
-def _stems(conn, terms: list[str]) -> list[str]:
+def _stems(conn: Connection, terms: list[str]) -> list[str]:
     """The query's words as the index stores them, each once."""
     for statement in _VOCABULARY:
         conn.execute(statement)

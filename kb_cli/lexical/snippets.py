@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 
 from kb_cli.stopwords import is_stopword
-from kb_cli.textsearch import TOKENIZER, UNSPACED, UNSPACED_RUN, Query, jieba
+from kb_cli.textsearch import TOKENIZER, UNSPACED, UNSPACED_RUN, Query, chinese_words
 
 
 def snippet(text: str, query: Query, width: int = 60) -> str:
@@ -105,7 +105,7 @@ def _unspaced_spans(text: str, terms: set[str]) -> list[Span]:
     mode, whose words overlap (知识, 知识库)."""
     spans = []
     for run in UNSPACED_RUN.finditer(text):
-        for word, start, end in jieba().tokenize(run.group(), mode="search"):
+        for word, start, end in chinese_words().tokenize(run.group(), mode="search"):
             if word in terms:
                 spans.append(Span(run.start() + start, run.start() + end, frozenset({word})))
     return spans

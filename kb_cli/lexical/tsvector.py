@@ -45,7 +45,12 @@ class TsvectorIndex:
 
 
 def ranked(
-    conn, terms: list[str], phrases: list[str], limit: int, scope: str, scope_params: dict[str, Any]
+    conn: Connection,
+    terms: list[str],
+    phrases: list[str],
+    limit: int,
+    scope: str,
+    scope_params: dict[str, Any],
 ) -> list[Scored]:
     """(chunk id, BM25 score) of published chunks in `scope` matching any term, best
     first; a chunk must contain every phrase verbatim (ILIKE).
@@ -73,7 +78,7 @@ def ranked(
     chunks, mean_length = _corpus(conn, scope, scope_params)
     frequency = _frequencies(conn, lexemes, chunks, scope, scope_params)
     weights = {lexeme: idf(chunks, df) for lexeme, df in frequency.items()}
-    ranking = Ranking(conn, weights, mean_length, phrases, limit, scope, scope_params)
+    ranking = Bm25Query(conn, weights, mean_length, phrases, limit, scope, scope_params)
     if chunks <= CANDIDATES:
         return ranking.of(lexemes, " | ")
     found: list[Scored] = []
@@ -99,7 +104,7 @@ def _best(found: list[Scored], limit: int) -> list[Scored]:
     return sorted(found, key=lambda hit: (-hit[1], hit[0]))[:limit]
 
 
-def _corpus(conn, scope: str, scope_params: dict[str, Any]) -> tuple[int, float]:
+def _corpus(conn: Connection, scope: str, scope_params: dict[str, Any]) -> tuple[int, float]:
     """(chunks, mean length in words) of the bases in `scope`: the per-base counts the
     database keeps in step (chunk_totals), unless metadata filters (`--where`, whose
     parameters scope_filter names _where*) narrow it to some documents."""
@@ -112,17 +117,17 @@ def _corpus(conn, scope: str, scope_params: dict[str, Any]) -> tuple[int, float]
             "SELECT coalesce(sum(d.chunks), 0) AS chunks, coalesce(sum(d.words), 0) AS words"
             " FROM chunk_totals AS d"
         )
-    chunks, words = conn.execute(sql + (f" WHERE {scope}" if scope else ""), scope_params).first()
+    chunks, words = conn.execute(sql + (f" WHERE {scope}" if scope else ""), scope_params).one()
     chunks = int(chunks)
     return chunks, max(float(words) / chunks, 1.0) if chunks else 1.0
 
 
 def _frequencies(
-    conn, lexemes: list[str], chunks: int, scope: str, scope_params: dict[str, Any]
+    conn: Connection, lexemes: list[str], chunks: int, scope: str, scope_params: dict[str, Any]
 ) -> dict[str, float]:
     """Each lexeme's document frequency in `scope`: counted up to COUNTED + 1, or, for
     a word ANALYZE found in more, estimated from its share."""
-    share = {}
+    share: dict[str, float] = {}
     if chunks > COUNTED and not scope:  # ANALYZE's shares count every base's chunks
         share = dict(conn.execute(_SHARES, {"lexemes": lexemes}).all())
     estimated = {lexeme: share[lexeme] * chunks for lexeme in lexemes if lexeme in share}
@@ -156,13 +161,13 @@ _SHARES = """
 """
 
 
-class Ranking:
+class Bm25Query:
     """BM25 of the published chunks in scope that match a query of some lexemes, each
     scored on every lexeme of the question."""
 
     def __init__(
         self,
-        conn,
+        conn: Connection,
         idf: dict[str, float],
         mean_length: float,
         phrases: list[str],

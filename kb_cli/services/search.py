@@ -63,6 +63,15 @@ class SearchRequest:
     context: int = 0  # merge each hit with up to this many neighbours on each side
     where: tuple[MetaFilter, ...] = ()  # only documents whose metadata match
 
+    def __post_init__(self) -> None:
+        """A mode given as text (by a caller other than the command line) is checked."""
+        mode: object = self.mode
+        if mode is None or isinstance(mode, SearchMode):
+            return
+        if mode not in {known.value for known in SearchMode}:
+            raise UsageError(f"unknown --mode {mode!r}; one of: {', '.join(SearchMode)}")
+        object.__setattr__(self, "mode", SearchMode(str(mode)))
+
 
 @dataclass
 class SearchResult:

@@ -137,11 +137,13 @@ def nearest_by_index(
     conn: Connection, model: str, query: np.ndarray, depth: int, scope: Scope, ef_search: int
 ) -> tuple[list[int], list[bytes]]:
     """Ids and stored vectors of up to `depth` published chunks in `scope` embedded by
-    `model`, nearest `query` first by the HNSW index of that model (approximately), on
-    a connection that indexes_vectors."""
+    `model`, nearest `query` first by the HNSW index of that model (approximately);
+    none where the database has no pgvector."""
     from kb_cli.embeddings import to_blob
     from kb_cli.embeddings.halfvec import HalfVec
 
+    if not indexes_vectors(conn):  # which also lets it send HalfVec
+        return [], []
     dim = len(query)
     conn.execute(
         "SELECT set_config('hnsw.ef_search', :ef_search, true) AS ef_search,"

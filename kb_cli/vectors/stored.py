@@ -55,13 +55,12 @@ class IndexMarks(NamedTuple):
 
 def index_marks(conn: Connection, watermark: int) -> IndexMarks:
     row = conn.execute(
-        """SELECT (SELECT value FROM kb_meta WHERE key = 'database_id'),
+        f"""SELECT (SELECT value FROM kb_meta WHERE key = 'database_id'),
             (SELECT value FROM kb_meta WHERE key = 'vector_epoch'),
             c.document_id, c.revision, c.chunk_index, c.task_id, c.embedding
-        FROM (SELECT 1) AS one LEFT JOIN chunks AS c ON c.id = :watermark""",
+        FROM (SELECT 1) AS one LEFT JOIN {queries.CHUNKS} AS c ON c.id = :watermark""",
         {"watermark": watermark},
-    ).first()
-    assert row is not None
+    ).one()
     anchor = None
     if row[2] is not None:
         identity = f"{row[2]}:{row[3]}:{row[4]}:{row[5]}:".encode()
@@ -70,7 +69,7 @@ def index_marks(conn: Connection, watermark: int) -> IndexMarks:
 
 
 def newest_chunk_id(conn: Connection) -> int:
-    return int(conn.execute("SELECT coalesce(max(id), 0) FROM chunks").scalar())
+    return int(conn.execute(f"SELECT coalesce(max(id), 0) FROM {queries.CHUNKS}").scalar())
 
 
 def vectors_between(
@@ -79,7 +78,7 @@ def vectors_between(
     """Ids and vectors of every chunk (published or not) embedded by `model` with an id
     in (after, upto], in id order, at most `limit`: what a vector index holds."""
     rows = conn.execute(
-        """SELECT id, embedding FROM chunks
+        f"""SELECT id, embedding FROM {queries.CHUNKS}
         WHERE id > :after AND id <= :upto AND embedding_model = :model
           AND embedding_dim = :dim
         ORDER BY id LIMIT :limit""",
@@ -93,20 +92,20 @@ def count_vectors(conn: Connection, model: str, dim: int | None = None, after: i
     clauses = ["id > :after", "embedding_model = :model"]
     if dim is not None:
         clauses.append("embedding_dim = :dim")
-    sql = f"SELECT count(*) FROM chunks{queries.where_all(clauses)}"
+    sql = f"SELECT count(*) FROM {queries.CHUNKS}{queries.where_all(clauses)}"
     return int(conn.execute(sql, {"after": after, "model": model, "dim": dim}).scalar())
 
 
 def newest_dim(conn: Connection, model: str) -> int | None:
     """The dimension of the newest vector `model` made (None: it made none)."""
-    sql = """SELECT embedding_dim FROM chunks WHERE embedding_model = :model
+    sql = f"""SELECT embedding_dim FROM {queries.CHUNKS} WHERE embedding_model = :model
         ORDER BY id DESC LIMIT 1"""
     dim = conn.execute(sql, {"model": model}).scalar()
     return None if dim is None else int(dim)
 
 
 def embedding_dims(conn: Connection, model: str) -> list[int]:
-    sql = "SELECT DISTINCT embedding_dim FROM chunks WHERE embedding_model = :model"
+    sql = f"SELECT DISTINCT embedding_dim FROM {queries.CHUNKS} WHERE embedding_model = :model"
     return [int(dim) for dim in conn.execute(sql, {"model": model}).scalars()]
 
 
