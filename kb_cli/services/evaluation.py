@@ -16,7 +16,7 @@ from pathlib import Path
 from kb_cli.app import Kb
 from kb_cli.errors import UsageError
 from kb_cli.ranking import normalised
-from kb_cli.services.search import SearchRequest, search
+from kb_cli.services.search import MAX_HITS, SearchRequest, search
 
 
 @dataclass
@@ -130,6 +130,8 @@ def evaluate(
     kb: Kb, questions: list[Question], k: int = 3, base: str | None = None
 ) -> tuple[list[QuestionResult], EvalSummary]:
     """Each question searched as the caller, in the bases the caller may read (or `base`)."""
+    if not 1 <= k <= MAX_HITS:
+        raise UsageError(f"--k must be between 1 and {MAX_HITS}")
     results = [_ask(kb, question, k, base) for question in questions]
     count = len(results)
     reciprocal = [1 / r.first_expected_rank if r.first_expected_rank else 0.0 for r in results]
