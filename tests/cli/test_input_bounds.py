@@ -1,11 +1,12 @@
 """What one command may ask for (docs/limits.md, "What one command may ask for"): a
-number past its range, more --where conditions than a document has keys, a setting past
-its range: each is a usage error (exit 2) whose message names the bound, before a
-statement could overflow, and changes nothing; the largest value allowed is answered,
-on both engines."""
+number past its range, more --where conditions than a document has keys, a question
+file nested too deep or too large, a setting past its range: each is a usage error
+(exit 2) whose message names the bound, before a statement could overflow, and changes
+nothing; the largest value allowed is answered, on both engines."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -96,6 +97,36 @@ def test_more_where_conditions_than_a_document_has_keys_is_a_usage_error(invoke,
             assert f"{count} --where conditions: at most 32" in error["message"], error
         allowed = invoke(*command, *["--where", "team=finance"] * 32, "--json")
         assert allowed.code == 0 and len(allowed.records) == 2, allowed.stderr
+
+
+def _nested(depth: int) -> object:
+    """Lists inside lists, `depth` deep."""
+    return functools.reduce(lambda inner, _: [inner], range(depth), 0)
+
+
+def test_a_question_line_nested_deeper_than_the_bound_is_a_usage_error(invoke, questions, tmp_path):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "\n")  # Python's JSON parser recursed until it failed
+    error = check_error(invoke("eval", str(deep), "--json"), 2, "usage")
+    assert "line 1 of 'deep.jsonl' nests arrays and objects more than 32 deep" in error["message"]
+    # The question object is one level: 31 lists inside it are read, 32 are not.
+    deep.write_text(_question("How long are invoices kept?", notes=_nested(32)) + "\n")
+    assert (
+        "more than 32 deep"
+        in check_error(invoke("eval", str(deep), "--json"), 2, "usage")["message"]
+    )
+    deep.write_text(_question("How long are invoices kept?", notes=_nested(31)) + "\n")
+    result = invoke("eval", str(deep), "--json")
+    assert result.code == 0 and result.records[-1]["questions"] == 1, result.stderr
+
+
+def test_a_question_file_larger_than_the_bound_is_a_usage_error(invoke, questions, tmp_path):
+    large = tmp_path / "large.jsonl"
+    with large.open("w") as file:
+        file.write(_question("How long are invoices kept?") + "\n")
+        file.write(" " * (8 * 2**20))
+    error = check_error(invoke("eval", str(large), "--json"), 2, "usage")
+    assert "larger than 8 MiB" in error["message"], error
 
 
 SETTINGS_PAST_THE_BOUND = [
