@@ -32,6 +32,14 @@ MIN_CHUNK_CHARS, MAX_CHUNK_CHARS = 2 * OVERLAP_CHARS + 100, 8000
 # How long a long-running command (`work --loop`, `events --follow`, `relay`, `status
 # --wait`) keeps reconnecting to a database server it lost before it gives up (exit 1).
 DEFAULT_RECONNECT_SECONDS = 60.0
+# The longest time any option or variable may give (11.6 days): longer is a typo, and
+# would overflow the waits it is handed to (threading, sockets, a lock_timeout in ms).
+MAX_SECONDS = 1_000_000.0
+# The largest integer SQLite's INTEGER and PostgreSQL's bigint hold: no number kb reads
+# is larger, so none can overflow a statement it ends up in (docs/limits.md).
+LARGEST_INTEGER = 2**63 - 1
+# A parse child's memory limit beyond any machine's (1 TiB), whose bytes setrlimit holds.
+MAX_MEMORY_MB = 2**20
 
 
 @dataclass(frozen=True)
@@ -112,7 +120,12 @@ class WorkerOptions:
 WORKER_DEFAULTS = WorkerOptions()
 
 
-def _env_number(name: str, default: float, cast: Callable[[str], float] = float) -> float:
+def _env_number(
+    name: str,
+    default: float,
+    cast: Callable[[str], float] = float,
+    at_most: float = LARGEST_INTEGER,
+) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -120,9 +133,13 @@ def _env_number(name: str, default: float, cast: Callable[[str], float] = float)
         value = cast(raw)
     except ValueError:
         raise UsageError(f"{name} must be a number, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{name} must be a finite number, not negative; got {raw!r}")
+    if not (math.isfinite(value) and 0 <= value <= at_most):
+        raise UsageError(f"{name} must be a number from 0 to {int(at_most):,}; got {raw!r}")
     return value
+
+
+def _env_seconds(name: str, default: float) -> float:
+    return _env_number(name, default, at_most=MAX_SECONDS)
 
 
 def resolve_settings(
@@ -144,16 +161,16 @@ def resolve_settings(
         database_url=url,
         object_store=store,
         max_upload_bytes=int(_env_number("KB_MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES, int)),
-        busy_timeout_seconds=_env_number("KB_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT_SECONDS),
+        busy_timeout_seconds=_env_seconds("KB_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT_SECONDS),
         embeddings=_embedding_settings(),
-        vector_floor=_env_number("KB_VECTOR_FLOOR", DEFAULT_VECTOR_FLOOR),
+        vector_floor=_env_number("KB_VECTOR_FLOOR", DEFAULT_VECTOR_FLOOR, at_most=1),
         limits=_parse_limits(),
         chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
         chunk_chars=_chunk_chars(),
         rerank=_rerank_settings(),
         vector_weight=_optional_number("KB_VECTOR_WEIGHT"),
         wake=_wake(),
-        reconnect_seconds=_env_number("KB_RECONNECT_SECONDS", DEFAULT_RECONNECT_SECONDS),
+        reconnect_seconds=_env_seconds("KB_RECONNECT_SECONDS", DEFAULT_RECONNECT_SECONDS),
         vector_index_min_chunks=int(
             _env_number("KB_VECTOR_INDEX_MIN_CHUNKS", DEFAULT_VECTOR_INDEX_MIN_CHUNKS, int)
         ),
@@ -185,16 +202,17 @@ def _parse_limits() -> ParseLimits:
         max_decompressed_bytes=int(
             _env_number("KB_MAX_DECOMPRESSED_BYTES", default.max_decompressed_bytes, int)
         ),
-        timeout_seconds=_env_number("KB_PARSE_TIMEOUT", default.timeout_seconds),
-        max_memory_bytes=int(
-            _env_number("KB_PARSE_MAX_MEMORY_MB", default.max_memory_bytes / 2**20) * 2**20
-        ),
+        timeout_seconds=_env_seconds("KB_PARSE_TIMEOUT", default.timeout_seconds),
+        max_memory_bytes=_memory_bytes("KB_PARSE_MAX_MEMORY_MB", default.max_memory_bytes),
         ocr=_ocr_mode(),
         ocr_max_pages=int(_env_number("KB_OCR_MAX_PAGES", default.ocr_max_pages, int)),
-        ocr_max_memory_bytes=int(
-            _env_number("KB_OCR_MAX_MEMORY_MB", default.ocr_max_memory_bytes / 2**20) * 2**20
-        ),
+        ocr_max_memory_bytes=_memory_bytes("KB_OCR_MAX_MEMORY_MB", default.ocr_max_memory_bytes),
     )
+
+
+def _memory_bytes(name: str, default: int) -> int:
+    """A memory limit given in MiB, in bytes."""
+    return int(_env_number(name, default / 2**20, at_most=MAX_MEMORY_MB) * 2**20)
 
 
 def _ocr_mode() -> str:
@@ -218,7 +236,7 @@ def _embedding_settings() -> EmbeddingSettings:
         model=os.environ.get("KB_EMBEDDING_MODEL") or None,
         api_key=os.environ.get("KB_EMBEDDING_API_KEY") or None,
         batch_size=batch,
-        timeout_seconds=_env_number("KB_EMBEDDING_TIMEOUT", 30.0),
+        timeout_seconds=_env_seconds("KB_EMBEDDING_TIMEOUT", 30.0),
     )
 
 
@@ -232,7 +250,7 @@ def _rerank_settings() -> RerankSettings:
         url=os.environ.get("KB_RERANK_URL") or None,
         model=os.environ.get("KB_RERANK_MODEL") or None,
         api_key=os.environ.get("KB_RERANK_API_KEY") or None,
-        timeout_seconds=_positive("KB_RERANK_TIMEOUT", default.timeout_seconds),
+        timeout_seconds=_positive_seconds("KB_RERANK_TIMEOUT", default.timeout_seconds),
         depth=max(1, int(_env_number("KB_RERANK_DEPTH", default.depth, int))),
     )
 
@@ -242,8 +260,8 @@ def _optional_number(name: str) -> float | None:
     return _env_number(name, 0.0) if os.environ.get(name) else None
 
 
-def _positive(name: str, default: float) -> float:
-    value = _env_number(name, default)
+def _positive_seconds(name: str, default: float) -> float:
+    value = _env_seconds(name, default)
     if value <= 0:
         raise UsageError(f"{name} must be more than 0")
     return value

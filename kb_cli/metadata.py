@@ -9,7 +9,7 @@ value at most MAX_VALUE characters, no control characters anywhere.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kb_cli.errors import UsageError
@@ -17,6 +17,10 @@ from kb_cli.errors import UsageError
 MAX_KEYS = 32
 MAX_KEY = 64
 MAX_VALUE = 1024
+# A document has at most MAX_KEYS keys, so as many conditions can name every one of
+# them; each is a condition of every candidate statement, and SQLite refuses a
+# statement of about a thousand ("Expression tree is too large").
+MAX_WHERE = MAX_KEYS
 _KEY = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_KEY - 1}}}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Set by `kb sync` on every document it makes: where the file lives, and what the quick
@@ -70,8 +74,13 @@ class MetaFilter:
     prefix: bool = False
 
 
-def parse_where(conditions: Iterable[str]) -> tuple[MetaFilter, ...]:
+def parse_where(conditions: Sequence[str]) -> tuple[MetaFilter, ...]:
     """`--where KEY=VALUE` / `--where KEY^=PREFIX` options; all must hold."""
+    if len(conditions) > MAX_WHERE:
+        raise UsageError(
+            f"{len(conditions)} --where conditions: at most {MAX_WHERE} (one for each "
+            "metadata key a document may have)"
+        )
     filters = []
     for condition in conditions:
         key, equals, value = condition.partition("=")

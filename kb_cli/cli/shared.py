@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kb_cli import console
+from kb_cli.config import MAX_SECONDS
 from kb_cli.permissions import Rule
 
 if TYPE_CHECKING:
@@ -130,11 +131,6 @@ def print_with_filenames(records: list[Any], json_out: bool) -> None:
         if isinstance(record, TaskRecord) and record.filename is not None
     }
     console.print_records(records, json_out, names)
-
-
-# The longest time any option may give (11.6 days): longer is a typo, and would
-# overflow the waits (threading, sockets) it is handed to.
-MAX_SECONDS = 1_000_000.0
 
 
 def finite_number(ctx: typer.Context, param: typer.CallbackParam, value: float | None):

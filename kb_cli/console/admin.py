@@ -14,6 +14,7 @@ from kb_cli.console.core import (
     is_fancy,
     log,
     short,
+    visible,
     write_json,
     write_json_lines,
 )
@@ -104,10 +105,11 @@ def print_doctor(report: DoctorReport, as_json: bool) -> None:
         write_json(report)
         return
     for fix in report.repaired:
-        emit(f"repaired {fix.kind} {fix.id}: {fix.detail}")
+        emit(f"repaired {fix.kind} {fix.id}: {visible(fix.detail)}")
     for problem in report.problems:
         step = NEXT_STEPS.get(problem.kind, "").format(short=short(problem.id))
-        emit(f"problem {problem.kind} {problem.id}: {problem.detail}{'; ' + step if step else ''}")
+        detail = visible(problem.detail)
+        emit(f"problem {problem.kind} {problem.id}: {detail}{'; ' + step if step else ''}")
     for note in report.notes:
         emit(f"note: {note}")
     if report.ok:

@@ -74,12 +74,13 @@ def print_eval(results: list[QuestionResult], summary: EvalSummary) -> None:
     """One line per question (rank of the first expected document), then the scores."""
     for result in results:
         rank = f"#{result.first_expected_rank}" if result.first_expected_rank else "miss"
-        leak = f"  LEAK {', '.join(result.forbidden_returned)}" if result.forbidden_returned else ""
+        leak = f"  LEAK {_names(result.forbidden_returned)}" if result.forbidden_returned else ""
         answer = ""
         if result.answer:
             found = f"#{result.first_answer_rank}" if result.first_answer_rank else "miss"
             answer = f"  answer {found}"
-        emit(f"{rank:>4}  {result.question}  -> {', '.join(result.expected)}{answer}{leak}")
+        question = visible(result.question)
+        emit(f"{rank:>4}  {question}  -> {_names(result.expected)}{answer}{leak}")
     emit(
         f"{summary.questions} questions, k={summary.k}: hit@1 {summary.hit_at_1:.2f}  "
         f"hit@{summary.k} {summary.hit_at_k:.2f}  recall@{summary.k} {summary.recall_at_k:.2f}  "
@@ -91,6 +92,10 @@ def print_eval(results: list[QuestionResult], summary: EvalSummary) -> None:
             f"hit@1 {summary.passage_hit_at_1:.2f}  hit@{summary.k} "
             f"{summary.passage_hit_at_k:.2f}  MRR {summary.passage_mrr:.2f}"
         )
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(visible(name) for name in names)
 
 
 def _print_hits_on_terminal(hits: list[SearchHit]) -> None:

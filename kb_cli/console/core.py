@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TextIO
 
@@ -42,13 +42,35 @@ def emit(line: str) -> None:
 # NaN and Infinity are not JSON: a record holding one is a bug, never a line on stdout.
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-# JSON escapes the C0 controls (newline, ESC) but leaves DEL and the C1 controls raw,
-# which a terminal may act on. Inside a JSON string \u007f is the same character.
-_RAW_CONTROLS = re.compile("[\x7f-\x9f]")
+
+# What a name is never printed with: control characters (C0, DEL, C1), format characters
+# (Cf: the bidirectional overrides, embeddings and isolates U+202A-U+202E and
+# U+2066-U+2069, the marks U+200E, U+200F and U+061C, zero-width characters), line and
+# paragraph separators, surrogates, private-use and unassigned code points. They drive a
+# terminal, reorder what it shows (a right-to-left override makes "gpj.exe" read
+# "exe.jpg") or show nothing at all. Every other character, Chinese included, is shown.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def _invisible(char: str) -> bool:
+    return unicodedata.category(char) in _INVISIBLE
 
 
 def _escaped(encoded: str) -> str:
-    return _RAW_CONTROLS.sub(lambda char: f"\\u{ord(char.group()):04x}", encoded)
+    """JSON text with every invisible character as a \\u escape (a pair of them past
+    U+FFFF): still JSON, the same string once read, never raw on a terminal. JSON itself
+    escapes only the C0 controls."""
+    if encoded.isprintable():  # the invisible are among what is not printable
+        return encoded
+    return "".join(_json_escape(char) if _invisible(char) else char for char in encoded)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 class Record(Protocol):
@@ -63,8 +85,9 @@ def write_json(record: Record | dict[str, Any]) -> None:
 
 
 def quoted(value: object, compact: bool = False) -> str:
-    """A value as JSON for a field of a plain line (file="a b.txt"): every control
-    character escaped (newline, ESC, DEL, C1), everything printable as it is."""
+    """A value as JSON for a field of a plain line (file="a b.txt"): every invisible
+    character escaped (newline, ESC, DEL, C1, bidirectional controls), everything
+    printable as it is."""
     return _escaped((_COMPACT_JSON if compact else _JSON).encode(value))
 
 
@@ -98,8 +121,10 @@ def report_error(code: str, message: str, as_json: bool) -> None:
 
 
 def log_wrapped(message: str) -> None:
-    """A message for a person on stderr: on a terminal wrapped at word boundaries to
-    its width (the terminal itself would cut words in two); elsewhere one line."""
+    """A message for a person on stderr, any name in it made visible: on a terminal
+    wrapped at word boundaries to its width (the terminal itself would cut words in
+    two); elsewhere one line."""
+    message = visible(message)
     if not is_fancy(sys.stderr):
         log(message)
         return
@@ -171,21 +196,14 @@ _STATUS_STYLE = {
 
 
 def visible(text: str) -> str:
-    """Control and format characters (C0, C1, DEL, bidi overrides, line separators)
-    as backslash escapes; everything printable, Chinese included, as it is."""
+    """Invisible characters (control and format characters, bidirectional controls,
+    line separators) as backslash escapes; everything printable, Chinese included, as
+    it is."""
     if text.isprintable():
         return text
-    import unicodedata
-
     return "".join(
-        char.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(char) in _INVISIBLE
-        else char
-        for char in text
+        char.encode("unicode_escape").decode("ascii") if _invisible(char) else char for char in text
     )
-
-
-_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def styled(status: str) -> str:

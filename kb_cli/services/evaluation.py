@@ -9,14 +9,27 @@ reader sees the list, whose text holds an answer (whitespace and case aside).
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_cli.app import Kb
 from kb_cli.errors import UsageError
 from kb_cli.ranking import normalised
-from kb_cli.services.search import SearchRequest, search
+from kb_cli.services.search import MAX_HITS, SearchRequest, search
+
+# A question set is read whole before the first question is asked: at most this many
+# bytes (some 30,000 questions of the size of the bundled sets' 270 bytes, hours of
+# searching) ...
+MAX_QUESTIONS_BYTES = 8 * 2**20
+# ... each line nesting arrays and objects at most this deep (a question needs 2; Python's
+# JSON parser recurses once a level and fails at about a thousand).
+MAX_JSON_DEPTH = 32
+READ_BLOCK = 1 << 20
 
 
 @dataclass
@@ -81,15 +94,15 @@ class EvalSummary:
 
 def load_questions(path: Path) -> list[Question]:
     """Questions from a JSON Lines file; a bad line is a usage error naming its number."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or "not UTF-8 text"
-        raise UsageError(f"cannot read the question file {path.name!r}: {reason}") from None
     questions = []
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(_question_text(path).splitlines(), 1):
         if not line.strip():
             continue
+        if _nesting(line) > MAX_JSON_DEPTH:
+            raise UsageError(
+                f"line {number} of {path.name!r} nests arrays and objects more than "
+                f"{MAX_JSON_DEPTH} deep; a question needs 2"
+            )
         try:
             data = json.loads(line)
             question = Question(
@@ -112,6 +125,64 @@ def load_questions(path: Path) -> list[Question]:
     return questions
 
 
+def _question_text(path: Path) -> str:
+    """The text of a question file, which must be a regular file of at most
+    MAX_QUESTIONS_BYTES; never more is read. A device (/dev/zero), a FIFO or a folder is
+    refused before a byte is read, and is opened without waiting for a writer
+    (O_NONBLOCK)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as error:
+        raise _unreadable(path, error.strerror) from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(
+                f"the question file {path.name!r} is not a regular file (a device, a FIFO or "
+                "a folder): give a JSON Lines file"
+            )
+        if info.st_size > MAX_QUESTIONS_BYTES:
+            raise _too_large(path)
+        blocks, left = [], MAX_QUESTIONS_BYTES + 1  # a file that grows meanwhile is cut too
+        while left and (block := os.read(descriptor, min(left, READ_BLOCK))):
+            blocks.append(block)
+            left -= len(block)
+    except OSError as error:
+        raise _unreadable(path, error.strerror) from None
+    finally:
+        os.close(descriptor)
+    if not left:
+        raise _too_large(path)
+    try:
+        return b"".join(blocks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise _unreadable(path, "not UTF-8 text") from None
+
+
+def _unreadable(path: Path, reason: str | None) -> UsageError:
+    return UsageError(f"cannot read the question file {path.name!r}: {reason}")
+
+
+def _too_large(path: Path) -> UsageError:
+    return UsageError(
+        f"the question file {path.name!r} is larger than {MAX_QUESTIONS_BYTES // 2**20} MiB: "
+        "split it into several sets"
+    )
+
+
+# A JSON string, escapes and all (unrolled: one pass, no backtracking).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _nesting(line: str) -> int:
+    """How deep the arrays and objects of a JSON line nest, its strings left out:
+    counted before json.loads, which recurses once a level."""
+    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", line))
+    return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
 def _names(value) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise TypeError("a list of strings")
@@ -130,6 +201,8 @@ def evaluate(
     kb: Kb, questions: list[Question], k: int = 3, base: str | None = None
 ) -> tuple[list[QuestionResult], EvalSummary]:
     """Each question searched as the caller, in the bases the caller may read (or `base`)."""
+    if not 1 <= k <= MAX_HITS:
+        raise UsageError(f"--k must be between 1 and {MAX_HITS}")
     results = [_ask(kb, question, k, base) for question in questions]
     count = len(results)
     reciprocal = [1 / r.first_expected_rank if r.first_expected_rank else 0.0 for r in results]

@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterator
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base, require_caller
+from kb_cli.config import LARGEST_INTEGER
 from kb_cli.db import outlasting_outages
 from kb_cli.engines import EVENTS_CHANNEL
-from kb_cli.errors import StopRequested
+from kb_cli.errors import StopRequested, UsageError
 from kb_cli.records import EventRecord, EventRow
 
 PAGE = 500
@@ -29,6 +30,8 @@ class EventCursor:
     """Where a reader is: the newest id read, and the ids below it not seen yet."""
 
     def __init__(self, after: int, kb: Kb, base: str | None, following: bool = False) -> None:
+        if not 0 <= after <= LARGEST_INTEGER:
+            raise UsageError(f"--since is an event id, from 0 to {LARGEST_INTEGER}")
         if base is not None:
             with kb.db.read() as conn:
                 require_base(conn, kb.scope, base)

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 # Candidates the graph search keeps (hnsw.ef_search), at least `depth`: chosen on
 # benchmarks/README.md, "pgvector on PostgreSQL" (recall@10 against the exact ranking).
 EF_SEARCH = 100
+# pgvector refuses a larger hnsw.ef_search; a deeper search (--limit 84 and more) goes on
+# past it by the iterative scan, or is answered by the exact scan.
+MAX_EF_SEARCH = 1000
 
 
 class PgVectorIndex:
@@ -61,7 +64,7 @@ class PgVectorIndex:
         if not indexes_vectors(conn):
             return self.fallback(conn, model, query, depth, scope, floor)
         dim = len(query)
-        ef_search = max(EF_SEARCH, depth)
+        ef_search = min(max(EF_SEARCH, depth), MAX_EF_SEARCH)
         chunk_ids, blobs = nearest_by_index(conn, model, query, depth, scope, ef_search)
         if len(chunk_ids) < depth:
             return self.fallback(conn, model, query, depth, scope, floor)

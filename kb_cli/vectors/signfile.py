@@ -16,6 +16,14 @@ than the watermark (the delta) are scanned exactly. A file that is missing, dama
 of another database, or stale (a re-embedding bumped the epoch; the chunk at its
 watermark changed, so ids may have been reused) is not used: the exact scan answers.
 The database stays the only source of truth; deleting the directory loses nothing.
+
+The header carries a CRC-32 of the body, computed from it as it is written. A search does
+not read the whole file to check it: beside the structure (magic, header, size, end
+mark), it checks that what it rescores are cosines (finite, within [-1, 1]), and a
+file whose vectors are not is damaged: the exact scan answers, silently. `kb doctor`
+verifies the checksum of the whole file (a damaged one is a `vector_index` problem
+that `--repair` rebuilds), and so does a fold before it copies the old vectors into
+the new file, which it otherwise writes anew from the database.
 """
 
 from __future__ import annotations
@@ -45,7 +53,10 @@ if TYPE_CHECKING:
 
     from kb_cli.config import Settings
 
-MAGIC, END = b"KBVECIX1", b"KBVECEND"
+# The second format: the header carries the body's checksum. A file of the first (none)
+# is stale, and written anew like one.
+MAGIC, END = b"KBVECIX2", b"KBVECEND"
+OLDER_MAGICS = (b"KBVECIX1",)
 ALIGN = 64
 # Hamming candidates rescored in half precision, per result sought, at least ROUGH_MIN
 # and at least one in ROUGH_SHARE of the index (sign bits tell fewer of the nearest
@@ -63,6 +74,7 @@ CHECK_BOUND_PER_RESULT = 64
 # floor by its rounded score cannot reach the floor.
 ROUNDING = 0.01
 READ_BATCH = 20_000  # vectors per statement while building
+VERIFY_BLOCK = 4 << 20  # bytes read at a time while a checksum is verified
 # The worker folds newer chunks into the index once this many wait in the delta (it
 # looks after its first task, then every few seconds: kb_cli/worker/loop.py), or
 # this share of the index in a larger one: a fold rewrites the whole file (550 MB at 1M chunks), so
@@ -90,6 +102,11 @@ def index_path(directory: Path, model: str, dim: int) -> Path:
     return directory / f"{slug}-{zlib.crc32(model.encode()):08x}-{dim}.kbv"
 
 
+def code_words(dim: int) -> int:
+    """Machine words of a vector's sign code: a bit per dimension."""
+    return (dim + 63) // 64
+
+
 @dataclass(frozen=True)
 class Header:
     model: str
@@ -99,10 +116,11 @@ class Header:
     database_id: str | None
     epoch: int
     anchor: str | None  # the identity of the chunk at the watermark when built
+    checksum: int  # CRC-32 of the body: the ids, the sign codes and the halves, in order
 
     @property
     def words(self) -> int:
-        return (self.dim + 63) // 64
+        return code_words(self.dim)
 
     def body_bytes(self) -> int:
         return self.count * (8 + 8 * self.words + 2 * self.dim)
@@ -118,6 +136,7 @@ class LoadedIndex:
 
         self.header, self.stamp = header, stamp
         n, words = header.count, header.words
+        self._body_at = offset
         self._file = path.open("rb")
         self._mapped = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.ids = np.frombuffer(self._mapped, dtype="<i8", count=n, offset=offset)
@@ -155,6 +174,20 @@ class LoadedIndex:
         data = b"".join([os.pread(fd, row, at + row * p) for p in positions.tolist()])
         return np.frombuffer(data, dtype=VECTOR_DTYPE).reshape(len(positions), self.header.dim)
 
+    def intact(self) -> bool:
+        """Whether the body still has the checksum it was written with: the whole body
+        read once, block by block (`kb doctor` and a fold ask; a search does not)."""
+        fd, at = self._file.fileno(), self._body_at
+        end = at + self.header.body_bytes()
+        checksum = 0
+        while at < end:
+            block = os.pread(fd, min(VERIFY_BLOCK, end - at), at)
+            if not block:  # cut short since it was opened
+                return False
+            checksum = zlib.crc32(block, checksum)
+            at += len(block)
+        return checksum == self.header.checksum
+
     def current(self, conn: Connection) -> bool:
         marks = stored.index_marks(conn, self.header.watermark)
         return (marks.database_id, marks.epoch, marks.anchor) == (
@@ -163,9 +196,10 @@ class LoadedIndex:
             self.header.anchor,
         )
 
-    def approximate(self, query: np.ndarray, rough: int) -> tuple[np.ndarray, np.ndarray]:
+    def approximate(self, query: np.ndarray, rough: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Positions of (about) the `rough` sign codes nearest the query's, and their
-        half-precision similarities, best first."""
+        half-precision similarities, best first; None when a similarity is not a
+        cosine (not finite, or outside [-1, 1]): the file is damaged."""
         import numpy as np
 
         n = self.header.count
@@ -185,9 +219,18 @@ class LoadedIndex:
             positions = np.flatnonzero(distance <= cut)
         else:
             positions = np.arange(n)
-        similarity = self.halves(positions).astype(np.float32) @ query.astype(np.float32)
+        # A damaged half (inf, NaN) would make numpy warn on stderr: it is caught below.
+        with np.errstate(invalid="ignore", over="ignore"):
+            similarity = self.halves(positions).astype(np.float32) @ query.astype(np.float32)
+        if not (np.abs(similarity) <= 1 + ROUNDING).all():
+            return None
         order = np.argsort(-similarity, kind="stable")
         return positions[order], similarity[order]
+
+
+# What a search pays for an index that is not current: a damaged one that still reads as
+# an index is used, and its damaged vectors may keep a chunk from the candidates.
+_COST = {"damaged": "search may miss chunks, or read every vector"}
 
 
 class SignFileIndex:
@@ -216,7 +259,7 @@ class SignFileIndex:
         if index is None or not index.current(conn):
             return self.fallback(conn, model, query, depth, scope, floor)
         found = _candidates(conn, index, model, query, depth, scope, floor)
-        if found is None:  # the scope keeps too few of the nearest: it is small
+        if found is None:  # the scope keeps too few of the nearest, or the file is damaged
             return self.fallback(conn, model, query, depth, scope, floor)
         delta_ids, delta_blobs = stored.published_vectors(
             conn, model, len(query), scope, after=index.header.watermark
@@ -247,7 +290,7 @@ class SignFileIndex:
                 state.model,
                 state.dim,
                 f"the vector index of {state.model} ({state.vectors} vectors) is "
-                f"{state.state}: search reads every vector",
+                f"{state.state}: {_COST.get(state.state, 'search reads every vector')}",
             )
             for state in states(db, self.directory, model)
             if state.state != "current" and state.vectors >= self.min_chunks
@@ -290,9 +333,13 @@ def _candidates(
 ) -> tuple[list[int], list[bytes]] | None:
     """The nearest indexed chunks the database lets this search see, with their stored
     vectors: at least `depth` of them when there are, checked in order of their rounded
-    similarity; None when too many had to be checked (the exact scan answers)."""
+    similarity; None when too many had to be checked, or the file's vectors are damaged
+    (the exact scan answers)."""
     rough = max(ROUGH_MIN, ROUGH_PER_RESULT * depth, index.header.count // ROUGH_SHARE)
-    positions, similarity = index.approximate(query, rough)
+    approximated = index.approximate(query, rough)
+    if approximated is None:
+        return None
+    positions, similarity = approximated
     ids: list[int] = []
     blobs: list[bytes] = []
     checked, step = 0, CHECK_PER_RESULT * depth
@@ -377,6 +424,8 @@ def build(
 
     path = index_path(directory, model, dim)
     previous = read_index(path) if incremental else None
+    if previous is not None and not previous.intact():
+        previous = None  # its vectors are not copied on under a new checksum: all anew
     with db.read() as conn:
         if previous is not None and not previous.current(conn):
             previous = None
@@ -393,10 +442,14 @@ def build(
     if not len(all_ids):  # nothing to index: no file (a search scans exactly)
         path.unlink(missing_ok=True)
         return BuildReport(model, dim, 0, 0, watermark, str(path), 0)
+    body = _body(all_ids, all_halves, code_words(dim))
+    checksum = 0
+    for part in body:
+        checksum = zlib.crc32(part.data, checksum)
     header = Header(
-        model, dim, len(all_ids), watermark, marks.database_id, marks.epoch, marks.anchor
+        model, dim, len(all_ids), watermark, marks.database_id, marks.epoch, marks.anchor, checksum
     )
-    size = _write(path, header, all_ids, all_halves)
+    size = _write(path, header, body)
     return BuildReport(model, dim, len(all_ids), len(new_ids), watermark, str(path), size)
 
 
@@ -417,24 +470,33 @@ def _read_vectors(
     return np.concatenate(id_parts), np.concatenate(vector_parts)
 
 
-def _write(path: Path, header: Header, ids: np.ndarray, halves: np.ndarray) -> int:
+def _body(ids: np.ndarray, halves: np.ndarray, words: int) -> list[np.ndarray]:
+    """The sections of the body, in file order: ids, sign codes (a word column at a
+    time), half-precision vectors."""
+    import numpy as np
+
+    signs = np.packbits(halves > 0, axis=1)
+    signs = np.pad(signs, ((0, 0), (0, 8 * words - signs.shape[1])))
+    codes = np.ascontiguousarray(signs.view("<u8").T)
+    return [
+        np.ascontiguousarray(ids, dtype="<i8"),
+        codes,
+        np.ascontiguousarray(halves, dtype=VECTOR_DTYPE),
+    ]
+
+
+def _write(path: Path, header: Header, body: list[np.ndarray]) -> int:
     """The whole file under a temporary name, flushed to disk, then renamed over the
     old one: a reader sees the old file or the new one, never a part (kill -9 of the
     writer at any point leaves at most a temporary file the next writer removes)."""
-    import numpy as np
-
     head = json.dumps(header.__dict__).encode()
     prefix = MAGIC + len(head).to_bytes(4, "little") + head
     prefix += b"\0" * (_aligned(len(prefix)) - len(prefix))
-    signs = np.packbits(halves > 0, axis=1)
-    signs = np.pad(signs, ((0, 0), (0, 8 * header.words - signs.shape[1])))
-    codes = np.ascontiguousarray(signs.view("<u8").T)
     temporary = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     with temporary.open("wb") as file:
         file.write(prefix)
-        file.write(ids.astype("<i8").tobytes())
-        file.write(codes.tobytes())
-        file.write(np.ascontiguousarray(halves, dtype=VECTOR_DTYPE).tobytes())
+        for part in body:
+            file.write(part.data)
         file.write(END)
         file.flush()
         os.fsync(file.fileno())
@@ -455,7 +517,9 @@ class IndexState:
     model: str
     dim: int
     vectors: int  # chunks with vectors of (model, dim)
-    state: str  # "current", "missing", "stale", "damaged", "foreign"
+    # "current", "missing", "stale" (also a file of an older format), "damaged" (not a
+    # whole index file, or its body no longer has its checksum), "foreign"
+    state: str
     delta: int  # chunks past the watermark of a current index
 
 
@@ -495,22 +559,36 @@ def fold_if_due(db: Database, directory: Path, model: str, min_chunks: int) -> b
 
 
 def states(db: Database, directory: Path, model: str) -> list[IndexState]:
-    """The index of each dimension `model` has vectors in."""
+    """The index of each dimension `model` has vectors in; a current one's checksum
+    verified (the whole file read once)."""
     found = []
     with db.read() as conn:
         for dim in stored.embedding_dims(conn, model):
             vectors = stored.count_vectors(conn, model, dim)
             path = index_path(directory, model, dim)
             index = read_index(path) if path.exists() else None
-            state, delta = "missing" if not path.exists() else "damaged", 0
+            state, delta = "missing", 0
+            if index is None and path.exists():
+                state = _unreadable_state(path)
             if index is not None:
                 marks = stored.index_marks(conn, index.header.watermark)
                 if marks.database_id != index.header.database_id:
                     state = "foreign"
                 elif index.current(conn):
-                    state = "current"
+                    state = "current" if index.intact() else "damaged"
                     delta = stored.count_vectors(conn, model, dim, index.header.watermark)
                 else:
                     state = "stale"
             found.append(IndexState(model, dim, vectors, state, delta))
     return found
+
+
+def _unreadable_state(path: Path) -> str:
+    """What a file that is not a whole index file of this format is: "stale" when an
+    older kb wrote it, else "damaged"."""
+    try:
+        with path.open("rb") as file:
+            older = file.read(len(MAGIC)) in OLDER_MAGICS
+    except OSError:
+        older = False
+    return "stale" if older else "damaged"

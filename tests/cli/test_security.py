@@ -92,6 +92,54 @@ def test_control_characters_in_file_names_are_escaped_in_piped_output(tmp_path):
     assert json.loads(outputs[4].stdout)["filename"] == name
 
 
+# What reorders or hides what a terminal shows: the right-to-left and left-to-right
+# overrides and embeddings, the isolates, the marks, a zero-width space, and a format
+# character past U+FFFF (a tag: its JSON escape is a surrogate pair).
+HIDDEN = "\u202e\u202a\u2066\u2069\u200e\u200f\u061c\u200b\U000e0041"
+
+
+def test_bidirectional_and_invisible_characters_in_names_are_escaped_in_piped_output(tmp_path):
+    """A right-to-left override in a file name ("invoice" RLO "gpj.md" reads
+    "invoicedm.jpg") is escaped as a control character is, in plain lines, messages and
+    JSON; JSON readers get the name back as it was."""
+    name = f"invoice{HIDDEN}gpj.md"
+    (tmp_path / name).write_text("invoice words")
+    uploaded = run_in_process("upload", str(tmp_path / name), "--submit")
+    document_id = run_in_process("status", "--json").record["document_id"]
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(json.dumps({"question": f"invoice {HIDDEN}", "expected": [name]}))
+    unsupported = tmp_path / f"bad{HIDDEN}.exe"
+    unsupported.write_text("not a document")
+    outputs = [
+        uploaded,
+        run_in_process("work"),
+        run_in_process("publish", document_id),
+        run_in_process("status"),
+        run_in_process("status", document_id),
+        run_in_process("status", "--json"),
+        run_in_process("history", document_id),
+        run_in_process("events"),
+        run_in_process("events", "--json"),
+        run_in_process("search", "invoice"),
+        run_in_process("search", "invoice", "--json"),
+        run_in_process("eval", str(questions)),
+        run_in_process("eval", str(questions), "--json"),
+    ]
+    for result in outputs:
+        assert result.code == 0, result.stderr
+    refused = [run_in_process("upload", str(unsupported)), run_in_process("status", name)]
+    assert [result.code for result in refused] == [6, 3]
+    for result in [*outputs, *refused]:
+        shown = result.stdout + result.stderr
+        assert not set(HIDDEN) & set(shown), shown
+    assert 'file="invoice\\u202e\\u202a' in outputs[3].stdout
+    assert "bad\\u202e" in refused[0].stderr
+    assert json.loads(outputs[5].stdout)["filename"] == name
+    assert outputs[10].records[0]["filename"] == name
+    assert outputs[12].records[0]["question"] == f"invoice {HIDDEN}"
+    assert "\\udb40\\udc41" in outputs[5].stdout  # U+E0041 as JSON writes it
+
+
 def test_a_token_that_is_not_utf8_is_forbidden():
     add_user("boss", "admin")
     token = os.fsdecode(b"kb_\xff\xfe_\xc3")

@@ -231,6 +231,27 @@ def test_control_characters_in_file_names_are_escaped_on_a_terminal(tmp_path):
     assert not [line for line in text.splitlines() if line.lstrip("│ ").startswith("forged")]
 
 
+def test_a_right_to_left_override_in_a_file_name_is_escaped_on_a_terminal(tmp_path):
+    """U+202E turns what follows it around on screen: "invoice" RLO "gpj.md" reads
+    "invoicedm.jpg". Tables, panels, messages and plain lines on a terminal show it as
+    an escape, as they show ESC."""
+    name = "invoice\u202egpj.md"
+    document = upload(tmp_path, name, "# Invoices\n\nInvoices are kept for seven years.\n")
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(f'{{"question": "invoices \u202ekept", "expected": ["{name}"]}}\n')
+    (tmp_path / "bad\u202egpj.exe").write_text("not a document")
+    screens = [
+        run_in_terminal("status"),
+        run_in_terminal("status", document["document_id"]),
+        run_in_terminal("upload", str(tmp_path / "bad\u202egpj.exe")),
+        run_in_terminal("eval", str(questions)),
+    ]
+    assert [code for code, _screen in screens] == [0, 0, 6, 0]
+    for _code, screen in screens:
+        assert "\u202e" not in screen
+        assert "\\u202e" in ANSI.sub("", screen)
+
+
 def test_events_on_a_terminal_fit_one_line_each(tmp_path):
     task = upload(tmp_path, "note.md", "# Note\n\nSome words to index.\n", "--submit")
     assert run_kb("work", "--json").code == 0

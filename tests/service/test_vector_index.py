@@ -28,7 +28,7 @@ from kb_cli.vectors.signfile import (
     read_index,
     writing,
 )
-from tests.helpers import sqlite_only
+from tests.helpers import run_kb, sqlite_only
 
 pytestmark = sqlite_only
 
@@ -296,3 +296,96 @@ def test_the_vectors_read_by_position_and_in_one_read_are_the_database_s(home):
         ids, blobs = stored.vectors_between(conn, home.embedder.model, 256, 0, 1 << 62, 1 << 30)
     assert ids == index.ids.tolist()
     assert np.array_equal(np.frombuffer(b"".join(blobs), every.dtype).reshape(every.shape), every)
+
+
+QUESTION = "How do I set a timeout on a request?"
+
+
+def _damage(kb: Kb, path: Path, damage: str) -> None:
+    """One half-precision value of the best chunk's row, where it counts most for
+    QUESTION: its top exponent bit flipped (about 65,536 times larger: no longer a
+    component of a unit vector, yet finite), or made infinite or NaN (numpy warned)."""
+    index = read_index(path)
+    assert index is not None and kb.embedder is not None
+    query = kb.embedder.embed_query(QUESTION)
+    best = _exact(kb, query)[0][0]
+    row = int(np.flatnonzero(index.ids == best)[0])
+    dimension = int(np.argmax(np.abs(index.every_half()[row].astype(np.float32) * query)))
+    halves_at = path.stat().st_size - 8 - 2 * index.header.dim * index.header.count
+    at = halves_at + 2 * (row * index.header.dim + dimension)
+    data = bytearray(path.read_bytes())
+    if damage == "one bit flipped":
+        data[at + 1] ^= 0x40  # little-endian: the high byte holds the exponent's top bit
+    else:
+        data[at : at + 2] = np.array([np.inf if damage == "infinite" else np.nan], "<f2").tobytes()
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["one bit flipped", "infinite", "NaN"])
+def test_damaged_vectors_are_searched_as_the_exact_scan_and_doctor_finds_them(
+    home, tmp_path, damage
+):
+    path = _rebuild(home)
+    exact = _searched_without_the_index(path, tmp_path)
+    _damage(home, path, damage)
+    searched = run_kb("search", QUESTION, "--mode", "vector", "--json")
+    assert searched.code == 0 and searched.stderr == ""  # no numpy RuntimeWarning
+    assert searched.records == exact.records
+    found = run_kb("doctor", "--json")
+    assert found.code == 4, found.stdout
+    (problem,) = found.record["problems"]
+    assert problem["kind"] == "vector_index" and "is damaged" in problem["detail"]
+    repaired = run_kb("doctor", "--repair", "--json")
+    assert repaired.code == 0 and repaired.record["repaired"][0]["kind"] == "vector_index"
+    assert run_kb("doctor", "--json").code == 0
+    index = read_index(path)
+    assert index is not None and index.intact()
+    assert run_kb("search", QUESTION, "--mode", "vector", "--json").records == exact.records
+
+
+def _searched_without_the_index(path: Path, tmp_path: Path):
+    """`kb search` as the exact scan answers it: the index file moved away meanwhile."""
+    aside = tmp_path / path.name
+    path.rename(aside)
+    try:
+        result = run_kb("search", QUESTION, "--mode", "vector", "--json")
+    finally:
+        aside.rename(path)
+    assert result.code == 0 and result.records, result.stderr
+    return result
+
+
+def test_a_fold_never_copies_damaged_vectors_on(home, invoke, tmp_path):
+    """A fold copies the indexed vectors into the new file and checksums them anew: from
+    a damaged file it would make the damage look whole. It writes every vector from the
+    database instead."""
+    path = _rebuild(home)
+    _damage(home, path, "one bit flipped")
+    note = tmp_path / "note.txt"
+    note.write_text("One more page about request timeouts.\n")
+    assert invoke("upload", str(note), "--submit", "--base", "httpx", "--json").code == 0
+    assert invoke("work", "--json").code == 0
+    assert home.embedder is not None
+    directory = directory_for(home.settings)
+    with writing(directory, wait=True):
+        report = build(home.db, directory, home.embedder.model, 256, incremental=True)
+    index = read_index(path)
+    assert index is not None
+    with home.db.read() as conn:
+        ids, blobs = stored.vectors_between(conn, home.embedder.model, 256, 0, 1 << 62, 1 << 30)
+    every = index.every_half()
+    assert ids == index.ids.tolist()
+    assert np.array_equal(np.frombuffer(b"".join(blobs), every.dtype).reshape(every.shape), every)
+    assert report.added == report.chunks and index.intact()  # none copied; checksum whole
+
+
+def test_an_index_file_of_the_first_format_is_stale_and_rebuilt(home):
+    """Files written before the checksum (format 1) are not read: doctor calls them
+    stale, and --repair writes them anew."""
+    path = _rebuild(home)
+    path.write_bytes(b"KBVECIX1" + path.read_bytes()[8:])
+    assert read_index(path) is None
+    found = run_kb("doctor", "--json")
+    assert found.code == 4 and "is stale" in found.record["problems"][0]["detail"]
+    assert run_kb("doctor", "--repair", "--json").code == 0
+    assert path.read_bytes()[:8] == b"KBVECIX2" and run_kb("doctor", "--json").code == 0
