@@ -231,6 +231,15 @@ class ScannedWithoutOcr(Exception):
     worker records it as empty_document, with the message saying what to do."""
 
 
+class EntryUnreadable(Exception):
+    """A file of a sync's source cannot be read as it was listed (it changed kind or
+    identity, grew past the limit, is gone): one path's record, never the sync's end."""
+
+    def __init__(self, outcome: str, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome, self.reason = outcome, reason
+
+
 class OutputClosed(Exception):
     """The reader of stdout went away (`kb status --json | head -1`): not kb's failure."""
 

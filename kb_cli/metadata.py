@@ -3,7 +3,10 @@
 
 Metadata is a flat JSON object of string keys and string values. The bounds keep a
 document row small and a filter cheap: at most MAX_KEYS keys, each a short name, each
-value at most MAX_VALUE characters, no control characters anywhere.
+value at most MAX_VALUE characters, no control characters anywhere. The keys `kb sync`
+keeps (SYNCED) have bounds of their own and never count against a document's MAX_KEYS,
+so that no file's path, nor the folder it was synced from, can make a document one that
+sync cannot change any more.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Set by `kb sync` on every document it makes: where the file lives, and what the quick
 # check compares (docs/interface.md, "Document metadata").
 PATH, SOURCE = "path", "source"
+SOURCE_SIZE, SOURCE_STAMP = "source_size", "source_stamp"
+# A source is a folder (at most PATH_MAX, 4,096 bytes on Linux) or s3://BUCKET/PREFIX.
+MAX_SOURCE = 4096
+# The longest value each of sync's keys may hold: a size in digits, a stamp (a time in
+# nanoseconds, or an ETag).
+SYNCED = {PATH: MAX_VALUE, SOURCE: MAX_SOURCE, SOURCE_SIZE: 20, SOURCE_STAMP: 200}
 PREFIX_OPERATOR = "^="
 
 
@@ -39,8 +48,9 @@ def check_key(key: str) -> str:
 
 
 def check_value(key: str, value: str) -> str:
-    if len(value) > MAX_VALUE:
-        raise UsageError(f"metadata value of {key!r} is longer than {MAX_VALUE} characters")
+    most = SYNCED.get(key, MAX_VALUE)
+    if len(value) > most:
+        raise UsageError(f"metadata value of {key!r} is longer than {most} characters")
     if _CONTROL.search(value):
         raise UsageError(f"metadata value of {key!r} contains a control character")
     return value
@@ -58,8 +68,9 @@ def parse_pairs(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def checked(meta: Mapping[str, str]) -> dict[str, str]:
-    """The whole object within bounds (keys and values each checked)."""
-    if len(meta) > MAX_KEYS:
+    """The whole object within bounds (keys and values each checked); sync's own keys
+    are not counted."""
+    if sum(key not in SYNCED for key in meta) > MAX_KEYS:
         raise UsageError(f"a document has at most {MAX_KEYS} metadata keys")
     return {check_key(key): check_value(key, value) for key, value in meta.items()}
 

@@ -80,6 +80,8 @@ def sync(
     )
     kb = open_kb(ctx, SYNC, name, create=not dry_run)  # a dry run writes nothing, no home
     run = service.sync(kb, source, options)
+    for message in run.notes:
+        console.note(message)
     summary = service.SyncSummary(source, name, dry_run)
     progress = console.SyncProgress()
     try:

@@ -20,6 +20,7 @@ import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from kb_cli.parsers.common import KINDS, PACKAGED, FileKind, kind_for_filename
 
@@ -46,8 +47,20 @@ _LEGACY = {".doc": ".docx", ".xls": ".xlsx", ".ppt": ".pptx", ".msg": ".eml"}
 def detect(path: Path, name: str) -> FileKind | None:
     """The kind of the file at `path` (named `name`), or None if kb does not read it."""
     with open(path, "rb") as source:
-        head = source.read(HEAD_BYTES)
-    return _detect(head, lambda: zipfile.ZipFile(path), name)
+        return detect_file(source, name)
+
+
+def detect_file(source: BinaryIO, name: str) -> FileKind | None:
+    """The same for a file already open (seekable, read from its start): what a sync
+    read from the descriptor it checked."""
+    source.seek(0)
+    head = source.read(HEAD_BYTES)
+
+    def open_zip() -> zipfile.ZipFile:
+        source.seek(0)
+        return zipfile.ZipFile(source)
+
+    return _detect(head, open_zip, name)
 
 
 def detect_bytes(data: bytes, name: str) -> FileKind | None:
@@ -58,8 +71,14 @@ def detect_bytes(data: bytes, name: str) -> FileKind | None:
 def legacy_office(path: Path, name: str) -> str | None:
     """What to do with a legacy Office file (OLE2), or None if it is not one."""
     with open(path, "rb") as source:
-        if source.read(len(OLE2_MAGIC)) != OLE2_MAGIC:
-            return None
+        return legacy_office_file(source, name)
+
+
+def legacy_office_file(source: BinaryIO, name: str) -> str | None:
+    """The same for a file already open (seekable)."""
+    source.seek(0)
+    if source.read(len(OLE2_MAGIC)) != OLE2_MAGIC:
+        return None
     modern = _LEGACY.get(Path(name).suffix.lower())
     if modern is None:
         return "a legacy Microsoft Office file (.doc, .xls, .ppt): save it as .docx, .xlsx or .pptx"

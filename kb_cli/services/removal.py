@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
 from kb_cli.db import Connection
-from kb_cli.errors import ConflictError, UsageError
+from kb_cli.errors import ConflictError, NotFoundError, UsageError
 from kb_cli.lifecycle import ACTIVE_TASK_STATUSES, DocStatus, EventType
 from kb_cli.records import DocumentRow
 from kb_cli.transitions import cancel_task, move_document
@@ -91,7 +91,10 @@ def begin(kb: Kb, document_id: str) -> None:
     with kb.db.write() as conn:
         # The task row before the document row, in the order a worker and `kb cancel`
         # lock them, so that two transactions never wait for each other in a circle.
-        latest = queries.existing_document(conn, document_id).latest_task_id
+        current = queries.existing_document(conn, document_id)
+        if current.status == DocStatus.DELETING:  # another command's delete: as good as gone
+            raise NotFoundError(f"no document with id {document_id!r}")
+        latest = current.latest_task_id
         if latest:
             _cancel_active(kb, conn, latest, now)
         document = queries.existing_document(conn, document_id, lock=True)

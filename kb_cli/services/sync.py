@@ -16,10 +16,19 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from kb_cli import intake, metadata, pending, queries
 from kb_cli.app import Kb, require_base
-from kb_cli.errors import AlreadyExists, ConflictError, UsageError
+from kb_cli.errors import (
+    AlreadyExists,
+    ConflictError,
+    EntryUnreadable,
+    InvalidInputError,
+    NotFoundError,
+    ObjectTooLarge,
+    UsageError,
+)
 from kb_cli.lifecycle import REPLACEABLE, DocStatus
 from kb_cli.parsers import FileKind
 from kb_cli.permissions import REVIEWERS
@@ -27,16 +36,26 @@ from kb_cli.queries import SyncedDocument
 from kb_cli.records import DocumentRow, meta_of
 from kb_cli.services import removal, review
 from kb_cli.store import StoredObject
-from kb_cli.store.sources import FAILED, SKIPPED, Entry, Source, open_source
+from kb_cli.store.sources import (
+    FAILED,
+    SKIPPED,
+    Entry,
+    Source,
+    bounded,
+    open_source,
+    too_large,
+)
 
 ADDED, CHANGED, UNCHANGED, MISSING = "added", "changed", "unchanged", "missing"
 ACTIONS = (ADDED, CHANGED, UNCHANGED, MISSING, SKIPPED, FAILED)
 MISSING_CHOICES = ("keep", "unpublish", "delete")
 # The metadata keys a sync sets besides `path` and `source`: what the quick check compares.
-SIZE, STAMP = "source_size", "source_stamp"
-HASH_BLOCK = 1024 * 1024
+SIZE, STAMP = metadata.SOURCE_SIZE, metadata.SOURCE_STAMP
 # The reason of a document whose folder could not be read: never handled as missing.
 UNLISTED = "its folder could not be read; left as it is"
+DELETED_MEANWHILE = "deleted by another command meanwhile"
+# A delete that a killed command began (`deleting`) is finished by the next sync.
+DELETE_FINISHED = "deleted: an earlier delete of it was interrupted, and is finished now"
 # A changed file becomes a new revision only of a document that is not being worked on.
 _REPLACEABLE = frozenset(str(status) for status in REPLACEABLE)
 
@@ -106,7 +125,18 @@ def sync(kb: Kb, location: str, options: SyncOptions) -> SyncRun:
     with kb.db.read() as conn:
         require_base(conn, kb.scope, options.base)
         known = {row.path: row for row in queries.synced_documents(conn, options.base, SIZE, STAMP)}
-    return SyncRun(kb, source, options, known)
+        interrupted = [row for row in removal.unfinished(conn) if row.base == options.base]
+    run = SyncRun(kb, source, options, known, [] if options.dry_run else interrupted)
+    elsewhere = sorted(
+        {row.source for row in known.values() if row.source not in (None, source.name)}
+    )
+    if elsewhere:
+        more = f" (and {len(elsewhere) - 1} more)" if len(elsewhere) > 1 else ""
+        run.notes.append(
+            f"documents of base {options.base} were synced from {elsewhere[0]}{more}: they are "
+            "matched to this source by their paths relative to it (a base follows one source)"
+        )
+    return run
 
 
 def _source(location: str) -> Source:
@@ -118,14 +148,25 @@ def _source(location: str) -> Source:
             raise UsageError(
                 f"not a folder: {location} (sync takes a folder or s3://BUCKET/PREFIX)"
             )
-    return open_source(location)
+    source = open_source(location)
+    if len(source.name) > metadata.MAX_SOURCE:
+        raise UsageError(f"the source's name is longer than {metadata.MAX_SOURCE} characters")
+    return source
 
 
 class SyncRun:
     def __init__(
-        self, kb: Kb, source: Source, options: SyncOptions, known: dict[str, SyncedDocument]
+        self,
+        kb: Kb,
+        source: Source,
+        options: SyncOptions,
+        known: dict[str, SyncedDocument],
+        interrupted: list[DocumentRow] | None = None,
     ) -> None:
         self.kb, self.source, self.options, self.known = kb, source, options, known
+        # Documents of the base whose delete a killed command began: finished first.
+        self.interrupted = interrupted or []
+        self.notes: list[str] = []  # for the caller to show before the records
         self.counters = Counters()
         self.progress: Callable[[Counters], None] | None = None
         self.store_owner: str | None = None  # read (and claimed) before the first put
@@ -147,8 +188,9 @@ class SyncRun:
 
     def _decided(self) -> Iterator[SyncRecord]:
         try:
+            yield from self._finish_interrupted()
             for entry in self.source.entries():
-                if entry.outcome == FAILED and entry.path.endswith("/"):
+                if entry.unlisted:
                     self.unlisted.append(entry.path)  # even when not --include'd itself
                 if not _taken(entry.path.rstrip("/"), self.options):
                     continue
@@ -160,11 +202,26 @@ class SyncRun:
         finally:
             self.keys.close()
 
+    def _finish_interrupted(self) -> Iterator[SyncRecord]:
+        """The deletes a killed command began in this base, finished (as `kb doctor
+        --repair` would: each step is safe to run again, also beside a live delete)."""
+        for row in self.interrupted:
+            removal.finish(self.kb, row.id)
+            yield SyncRecord(
+                meta_of(row.meta).get(metadata.PATH) or row.filename,
+                MISSING,
+                row.id,
+                DELETE_FINISHED,
+            )
+
     def _report(self) -> None:
         if self.progress is not None:
             self.progress(self.counters)
 
     def _one(self, entry: Entry) -> SyncRecord:
+        """One path's record. What goes wrong with one path (it changed while being
+        read, it grew too large, another command changed its document) is that path's
+        record, never the end of the walk."""
         known = self.known.pop(entry.path, None)
         document_id = known.id if known else None
         if entry.problem is not None:
@@ -174,14 +231,20 @@ class SyncRun:
                 return SyncRecord(entry.path, UNCHANGED, known.id)
         elif bad_name := _bad_name(entry.path):
             return SyncRecord(_printable(entry.path), FAILED, None, bad_name)
-        if entry.size > self.kb.settings.max_upload_bytes:
-            limit = self.kb.settings.max_upload_bytes
-            return SyncRecord(entry.path, FAILED, document_id, f"too large (limit {limit} bytes)")
+        limit = self.kb.settings.max_upload_bytes
+        if entry.size > limit:
+            return SyncRecord(entry.path, FAILED, document_id, too_large(limit))
         try:
             return self._read_and_store(entry, _document(self.kb, known))
+        except EntryUnreadable as unread:
+            return SyncRecord(entry.path, unread.outcome, document_id, unread.reason)
+        except ObjectTooLarge:
+            return SyncRecord(entry.path, FAILED, document_id, too_large(limit))
         except OSError as error:
             reason = f"not readable: {error.strerror or type(error).__name__}"
             return SyncRecord(entry.path, FAILED, document_id, reason)
+        except (UsageError, InvalidInputError) as refused:
+            return SyncRecord(entry.path, FAILED, document_id, refused.message)
 
     def _quick_check(self, known: SyncedDocument, entry: Entry) -> bool:
         """Unchanged by size and stamp, as recorded (unless --checksum)."""
@@ -192,23 +255,27 @@ class SyncRun:
         )
 
     def _read_and_store(self, entry: Entry, document: DocumentRow | None) -> SyncRecord:
+        """The file read once, from what the source opened and checked: its kind, its
+        hash, the object stored."""
         document_id = document.id if document else None
-        with self.source.opened(entry) as (local, read):
-            kind, problem = _kind(local, entry.path)
+        limit = self.kb.settings.max_upload_bytes
+        with self.source.opened(entry, limit) as opened:
+            kind, problem = _kind(opened.file, entry.path)
             if kind is None:
                 return SyncRecord(entry.path, SKIPPED, document_id, problem)
+            read = opened.read
             if document is not None:
                 self.counters.hashed += 1
-                if _sha256(local) == document.sha256:
-                    if not self.options.dry_run:
+                if _sha256(opened.file, limit) == document.sha256:
+                    if not self.options.dry_run and _stamps_moved(document, read):
                         self._restamp(document, read)
                     return SyncRecord(entry.path, UNCHANGED, document.id, "same content")
                 if document.status not in _REPLACEABLE:
                     return SyncRecord(entry.path, SKIPPED, document.id, _busy(document.status))
             if self.options.dry_run:
                 return SyncRecord(entry.path, CHANGED if document else ADDED, document_id)
-            obj = self._put(local)
-            if obj.size_bytes != read.size or not self.source.unchanged_while_read(entry, read):
+            obj = self._put(opened.file)
+            if obj.size_bytes != read.size or not opened.unchanged():
                 pending.discard(self.kb, [obj.key])
                 return SyncRecord(
                     entry.path, FAILED, document_id, "changed while being read; sync again"
@@ -220,13 +287,13 @@ class SyncRun:
                 return self._add(entry.path, new)
             return self._change(entry.path, document, new)
 
-    def _put(self, local: Path) -> StoredObject:
+    def _put(self, file: BinaryIO) -> StoredObject:
         if not self.store_checked:
             self.store_owner, self.store_checked = intake.claimed_store(self.kb), True
         key = self.keys.take()  # recorded before it is written: never an orphan
         try:
-            with open(local, "rb") as data:
-                obj = self.kb.store.put(data, self.kb.settings.max_upload_bytes, key)
+            file.seek(0)
+            obj = self.kb.store.put(file, self.kb.settings.max_upload_bytes, key)
         except BaseException:
             pending.discard(self.kb, [key])
             raise
@@ -262,7 +329,9 @@ class SyncRun:
         kb = self.kb
         try:
             with kb.db.write() as conn:
-                current = queries.existing_document(conn, document.id, lock=True)
+                current = queries.get_document(conn, document.id, lock=True)
+                if current is None or current.status == DocStatus.DELETING:
+                    raise NotFoundError("its document was " + DELETED_MEANWHILE)
                 intake.own_store(conn, kb, self.store_owner)
                 intake.replace_revision(conn, kb.actor.name, current, new, kb.timestamp())
                 if current.status == DocStatus.FAILED:
@@ -276,6 +345,9 @@ class SyncRun:
             status = _status_now(kb, document.id)
             reason = _busy(status) if status is not None else refused.message
             return SyncRecord(path, SKIPPED, document.id, reason)
+        except NotFoundError as gone:
+            pending.discard(kb, [new.stored.key])
+            return SyncRecord(path, SKIPPED, document.id, f"{gone.message}; sync again to add it")
         except BaseException:
             pending.discard(kb, [new.stored.key])
             raise
@@ -303,16 +375,20 @@ class SyncRun:
             )
 
     def _missing(self) -> Iterator[SyncRecord]:
-        """Documents of this source whose path is gone, as --missing says."""
+        """Synced documents of the base whose path is gone from the source, as --missing
+        says: matched by path alone, so a source that moved (renamed, remounted, a
+        symlink pointed at another release) still converges."""
         gone = [
             (path, known)
             for path, known in sorted(self.known.items())
-            if known.source == self.source.name and _taken(path, self.options)
+            if known.source is not None and _taken(path, self.options)
         ]
         for path, known in gone:
             if any(folder == "/" or path.startswith(folder) for folder in self.unlisted):
                 yield SyncRecord(path, SKIPPED, known.id, UNLISTED)
-            elif (row := _document(self.kb, known)) is not None:  # not deleted meanwhile
+            elif (row := _document(self.kb, known)) is None or row.status == DocStatus.DELETING:
+                yield SyncRecord(path, MISSING, known.id, DELETED_MEANWHILE)
+            else:
                 yield self._handle_missing(path, row)
             self._report()
 
@@ -328,9 +404,16 @@ class SyncRun:
                     review.unpublish_document(self.kb, row.id)
                 except ConflictError as refused:
                     return SyncRecord(path, MISSING, row.id, refused.message)
+                except NotFoundError:
+                    return SyncRecord(path, MISSING, row.id, DELETED_MEANWHILE)
             return SyncRecord(path, MISSING, row.id, "would unpublish" if dry else "unpublished")
         if not dry:
-            removal.delete(self.kb, removal.plan(self.kb, [row.id]))
+            try:
+                removal.delete(self.kb, removal.plan(self.kb, [row.id]))
+            except NotFoundError:  # another command deleted it first: what it did
+                return SyncRecord(path, MISSING, row.id, DELETED_MEANWHILE)
+            except ConflictError as refused:  # submitted again meanwhile
+                return SyncRecord(path, SKIPPED, row.id, refused.message)
         return SyncRecord(path, MISSING, row.id, "would delete" if dry else "deleted")
 
 
@@ -375,23 +458,29 @@ def _printable(path: str) -> str:
     return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in shown)
 
 
-def _kind(local: Path, path: str) -> tuple[FileKind | None, str | None]:
-    from kb_cli.parsers.detect import detect, legacy_office
+def _kind(file: BinaryIO, path: str) -> tuple[FileKind | None, str | None]:
+    from kb_cli.parsers.detect import detect_file, legacy_office_file
 
     name = path.rsplit("/", 1)[-1]
-    kind = detect(local, name)
+    kind = detect_file(file, name)
     if kind is not None:
         return kind, None
-    legacy = legacy_office(local, name)
+    legacy = legacy_office_file(file, name)
     return None, (f"unsupported file type: {legacy}" if legacy else "unsupported file type")
 
 
-def _sha256(local: Path) -> str:
+def _sha256(file: BinaryIO, limit: int) -> str:
+    file.seek(0)
     digest = hashlib.sha256()
-    with open(local, "rb") as data:
-        while block := data.read(HASH_BLOCK):
-            digest.update(block)
+    for block in bounded(file, limit):
+        digest.update(block)
     return digest.hexdigest()
+
+
+def _stamps_moved(document: DocumentRow, read: Entry) -> bool:
+    """Whether the size or stamp recorded on the document is not the file's now."""
+    recorded = meta_of(document.meta)
+    return (recorded.get(SIZE), recorded.get(STAMP)) != (str(read.size), read.stamp)
 
 
 def _busy(status: str) -> str:

@@ -232,11 +232,11 @@ def _errors(location: S3Location, writing: bool = False) -> Iterator[None]:
     """The client's errors as kb's: a missing object stays FileNotFoundError (what a
     reader of any store expects); the rest say what to fix, without the endpoint's
     address, a key or a credential."""
-    from obstore.exceptions import AlreadyExistsError, BaseError
+    from obstore.exceptions import AlreadyExistsError, BaseError, InvalidPathError
 
     try:
         yield
-    except AlreadyExistsError:
+    except (AlreadyExistsError, InvalidPathError):  # the caller's to say what it means
         raise
     except (BaseError, FileNotFoundError) as error:
         raise classify(error, location, writing) from None

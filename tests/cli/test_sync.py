@@ -180,9 +180,10 @@ def test_what_cannot_be_synced_is_reported_and_the_rest_goes_on(invoke, tmp_path
     assert actions[".hidden.md"] == ("skipped", "hidden")
     assert actions[".git/"] == ("skipped", "hidden")
     assert actions["picture.png"] == ("skipped", "unsupported file type")
-    assert actions["link-out.md"] == ("skipped", "symlink to outside the source")
-    assert actions["link-in.md"][0] == "added"
-    assert actions["loop"] == ("skipped", "symlink to a folder (not followed)")
+    # A link is never followed, wherever it points: the file it names is synced by its
+    # own path when it lies under the source.
+    for link in ("link-out.md", "link-in.md", "loop"):
+        assert actions[link] == ("skipped", "a symbolic link (never followed)")
     assert actions["tab?name.md"][0] == "failed"
     assert "control character" in actions["tab?name.md"][1]
     if os.geteuid() != 0:  # root reads anything
@@ -277,3 +278,155 @@ def test_an_s3_prefix_is_synced(invoke, tmp_path, s3_endpoint, monkeypatch):
     assert len(ok(invoke("status", "--json"))) == 2
     doctor = invoke("doctor", "--json")
     assert doctor.code == 0, doctor.stdout
+
+
+# --- a folder cannot steer sync (what a changing folder can do: docs/operations.md) ------
+
+
+def test_a_moved_source_converges(invoke, tmp_path):
+    share = tree(tmp_path / "share", FILES)
+    first = by_path(ok(invoke("sync", str(share), "--json")))
+    moved = tmp_path / "share-v2"
+    share.rename(moved)
+    (moved / "notes/invoices.md").unlink()
+    result = invoke("sync", str(moved), "--missing", "delete", "--json")
+    again = by_path(ok(result))
+    assert again["notes/invoices.md"]["action"] == "missing"
+    assert again["notes/invoices.md"]["reason"] == "deleted"
+    for path in ("handbook/leave.md", "handbook/travel.txt"):  # the same documents
+        assert again[path]["action"] == "unchanged"
+        assert again[path]["document_id"] == first[path]["document_id"]
+    assert f"synced from {share.resolve()}" in result.stderr  # said, not silently merged
+    assert len(ok(invoke("status", "--json"))) == 2
+
+
+def test_a_release_symlink_pointed_elsewhere_converges(invoke, tmp_path):
+    first = tree(tmp_path / "release-1", FILES)
+    second = tree(tmp_path / "release-2", {k: v for k, v in FILES.items() if "notes" not in k})
+    current = tmp_path / "current"
+    current.symlink_to(first)
+    ok(invoke("sync", str(current), "--json"))
+    current.unlink()
+    current.symlink_to(second)
+    again = by_path(ok(invoke("sync", str(current), "--missing", "delete", "--json")))
+    assert again["notes/invoices.md"]["reason"] == "deleted"
+    assert again["handbook/leave.md"]["action"] == "unchanged"
+
+
+def test_an_unchanged_tree_writes_nothing_with_checksum(invoke, tmp_path, writes):
+    source = tree(tmp_path / "src", FILES)
+    added = by_path(ok(invoke("sync", str(source), "--json")))
+    document_id = added["handbook/leave.md"]["document_id"]
+    trail = ok(invoke("history", document_id, "--json"))
+    version = ok(invoke("status", document_id, "--json"))[0]["version"]
+    before = writes()
+    checked = by_path(ok(invoke("sync", str(source), "--checksum", "--json")))
+    assert {r["action"] for r in checked.values()} == {"unchanged"}
+    assert writes() == before, "an unchanged tree costs no write, --checksum or not"
+    assert ok(invoke("history", document_id, "--json")) == trail
+    assert ok(invoke("status", document_id, "--json"))[0]["version"] == version
+
+
+def test_syncs_own_keys_never_count_against_the_users(invoke, tmp_path):
+    source = tree(tmp_path / "src", {"a.md": "# A\n\nFirst.\n"})
+    own = [f"--meta=k{i}=v{i}" for i in range(32)]  # as many as a document may have
+    uploaded = invoke("upload", str(source / "a.md"), "--meta", "path=a.md", *own, "--json")
+    document_id = ok(uploaded)[0]["document_id"]
+    (source / "a.md").write_text("# A\n\nSecond.\n", "utf-8")
+    changed = by_path(ok(invoke("sync", str(source), "--json")))["a.md"]
+    assert (changed["action"], changed["document_id"]) == ("changed", document_id)
+    meta = ok(invoke("status", document_id, "--json"))[0]["meta"]
+    assert len(meta) == 32 + 4  # its own, and path, source, source_size, source_stamp
+
+
+def test_a_source_with_a_long_path_stays_syncable(invoke, tmp_path):
+    deep = tmp_path.joinpath(*["f" * 200] * 6)  # an absolute path of over 1,200 characters
+    source = tree(deep, {"a.md": "# A\n\nFirst.\n", "b.md": "# B\n\nBee.\n"})
+    assert len(str(source.resolve())) > 1024
+    ok(invoke("sync", str(source), "--json"))
+    ok(invoke("work", "--drain", "--json"))
+    ok(invoke("publish", "--all-reviewed", "--json"))
+    (source / "a.md").write_text("# A\n\nSecond.\n", "utf-8")
+    again = by_path(ok(invoke("sync", str(source), "--json")))
+    assert again["a.md"]["action"] == "changed" and again["b.md"]["action"] == "unchanged"
+
+
+def test_a_delete_a_killed_sync_began_is_finished_by_the_next(invoke, kb, tmp_path):
+    from kb_cli.services import removal
+
+    source = tree(tmp_path / "src", FILES)
+    first = by_path(ok(invoke("sync", str(source), "--json")))
+    (source / "notes/invoices.md").unlink()
+    doomed = first["notes/invoices.md"]["document_id"]
+    removal.begin(kb, doomed)  # where `kb sync --missing delete` stood when it was killed
+    again = by_path(ok(invoke("sync", str(source), "--json")))
+    record = again["notes/invoices.md"]
+    assert (record["action"], record["document_id"]) == ("missing", doomed)
+    assert "interrupted" in record["reason"]
+    assert doomed not in {d["document_id"] for d in ok(invoke("status", "--json"))}
+    assert invoke("doctor", "--json").code == 0
+
+
+def _raw_s3(s3_endpoint: str):
+    """An S3 client that may write any key (obstore refuses some), as another tool would."""
+    import boto3
+
+    return boto3.client(
+        "s3", endpoint_url=s3_endpoint, region_name="us-east-1",
+        aws_access_key_id=TEST_KEYS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=TEST_KEYS["AWS_SECRET_ACCESS_KEY"],
+    )  # fmt: skip
+
+
+@pytest.fixture
+def s3_source(s3_endpoint, monkeypatch):
+    """A fresh prefix of the test bucket, written by a client that may write any key (as
+    another tool would: obstore refuses some), and its s3:// location."""
+    for name, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": "us-east-1",
+                        **TEST_KEYS}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    prefix = f"src-{uuid.uuid4().hex[:8]}"
+    raw = _raw_s3(s3_endpoint)
+
+    def put(key: str, body: bytes) -> None:
+        raw.put_object(Bucket=TEST_BUCKET, Key=f"{prefix}/{key}", Body=body)
+
+    return put, f"s3://{TEST_BUCKET}/{prefix}"
+
+
+def test_s3_folder_markers_are_skipped_not_failed(invoke, s3_source):
+    put, location = s3_source
+    for key in ("handbook/leave.md", "notes/invoices.md"):
+        put(key, FILES[key].encode())
+    for key in ("handbook/", "handbook/policies/", "empty/"):  # what some tools write
+        put(key, b"")
+    records = by_path(ok(invoke("sync", location, "--json")))
+    for marker in ("handbook", "handbook/policies", "empty"):
+        assert records[marker]["action"] == "skipped"
+        assert records[marker]["reason"] == "a folder marker, not a document"
+    assert records["handbook/leave.md"]["action"] == "added"
+
+
+def test_odd_s3_keys_fail_alone_and_hide_nothing_from_missing(invoke, s3_source):
+    put, location = s3_source
+    for key in ("handbook/leave.md", "notes/invoices.md"):
+        put(key, FILES[key].encode())
+    first = by_path(ok(invoke("sync", location, "--json")))
+    assert {r["action"] for r in first.values()} == {"added"}
+    for key in ("m/../up.md", "x//y.md", "ctl\x01.md"):  # keys the client cannot address
+        put(key, b"# Odd\n")
+    put("zeta.md", b"# Zeta\n\nLast.\n")
+    result = invoke("sync", location, "--missing", "delete", "--json")
+    assert result.code == 6 and result.error["error"] == "invalid_input"  # not "unreachable"
+    records = by_path(result.records)
+    for key in ("m/../up.md", "x//y.md", "ctl?.md"):  # each named, with the true reason
+        assert records[key]["action"] == "failed"
+        assert "cannot address" in records[key]["reason"]
+    assert records["zeta.md"]["action"] == "added"  # the walk went on past every odd key
+    # A page of the listing that holds such a key cannot be read (object_store parses
+    # every key of it): what it hid is never missing, so nothing is deleted.
+    assert records["/"]["action"] == "failed" and "not listed whole" in records["/"]["reason"]
+    for path in ("handbook/leave.md", "notes/invoices.md"):
+        assert records[path]["action"] in ("unchanged", "skipped")
+    assert summary(result.records)["missing"] == 0
+    assert len(ok(invoke("status", "--json"))) == 3

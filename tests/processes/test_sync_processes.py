@@ -4,6 +4,7 @@ with no duplicate, no lost file and no orphan object (on SQLite and PostgreSQL).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -265,3 +266,111 @@ def test_a_folder_sync_may_not_read_is_failed_and_its_documents_kept(tmp_path):
     actions = {r["path"]: r["action"] for r in readable.records[:-1]}
     assert actions.pop("part2/secret.md") == "added"
     assert set(actions.values()) == {"unchanged"} and len(actions) == FILES
+
+
+SECRET_WORD = "quokkasecret"
+
+
+def _flipping(stop, swap) -> None:
+    """Call `swap` again and again until `stop` is set: whoever writes to the folder
+    while the sync walks it. Each state holds a few milliseconds, as a person's (or a
+    tool's) change would."""
+    while not stop.is_set():
+        swap(stop)
+
+
+@pytest.mark.slow
+def test_syncs_racing_swaps_to_links_never_store_what_lies_outside(tmp_path):
+    """Real `kb sync` processes while the folder changes under them: a subfolder is
+    swapped for a link to an outside folder once the walk has listed it (its first
+    record printed), and files flip
+    between themselves and links to an outside file all along (on the walk by path,
+    the outside file was stored in 5 runs of 5)."""
+    import threading
+
+    source = source_tree(tmp_path / "src")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text(f"# Secret\n\nThe {SECRET_WORD} is here.\n", "utf-8")
+    sub, away = source / "part4", source / "part4-away"
+    flips = [source / "part5" / f"note{i:03}.md" for i in (101, 107, 113, 119)]
+
+    def flip(stop) -> None:
+        with contextlib.suppress(OSError):
+            for path in flips:
+                path.unlink()
+                path.symlink_to(outside / "secret.md")
+            stop.wait(0.01)
+            for path in flips:
+                path.unlink()
+                path.write_text("# Note\n\nA note.\n", "utf-8")
+            stop.wait(0.01)
+
+    for _run in range(3):
+        stop = threading.Event()
+        meddler = threading.Thread(target=_flipping, args=(stop, flip), daemon=True)
+        sync = start_kb("sync", str(source), "--checksum", "--json")
+        meddler.start()
+        try:
+            assert sync.stdout is not None
+            sync.stdout.readline()  # a first record: the root is listed, part4/ not walked
+            sub.rename(away)
+            sub.symlink_to(outside, target_is_directory=True)
+            done = finish(sync, timeout=120)
+            assert done.code in (0, 6), done.stderr
+        finally:
+            stop.set()
+            meddler.join(timeout=10)
+            if sub.is_symlink():
+                sub.unlink()
+                away.rename(sub)
+    assert not any(SECRET_WORD.encode() in content for content in _stored())
+
+
+def _stored() -> list[bytes]:
+    """The content of every object a document of this test's knowledge base names."""
+    from kb_cli.app import Kb
+    from kb_cli.config import resolve_settings
+
+    kb = Kb.open(resolve_settings(), create=False)
+    try:
+        keys = [row["object_key"] for row in db_rows("SELECT object_key FROM documents")]
+        return [b"".join(kb.store.read_blocks(key)) for key in keys]
+    finally:
+        kb.db.close()
+
+
+def test_a_file_swapped_for_a_fifo_mid_walk_neither_hangs_nor_stops_the_sync(tmp_path):
+    """Files swapped for FIFOs once their folder is listed (its first record printed):
+    a sync that opened them by path blocked in open() for ever, SIGINT included."""
+    source = source_tree(tmp_path / "src")
+    fifos = [source / "part5" / f"note{i:03}.md" for i in (107, 113, 119)]  # walked last
+    sync = start_kb("sync", str(source), "--json")
+    assert sync.stdout is not None
+    first = []
+    for line in sync.stdout:
+        first.append(json.loads(line))
+        if first[-1].get("path", "").startswith("part5/"):
+            break
+    for path in fifos:
+        path.unlink()
+        os.mkfifo(path)
+    try:
+        sync.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        sync.send_signal(signal.SIGINT)
+        try:
+            sync.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            sync.kill()
+            pytest.fail("the sync hung on a FIFO, and SIGINT did not end it")
+        pytest.fail("the sync hung on a FIFO (SIGINT ended it)")
+    rest = finish(sync)
+    records = {r["path"]: r for r in first + rest.records if "path" in r}
+    assert sync.returncode == 0, rest.stderr
+    for path in fifos:
+        record = records[str(path.relative_to(source))]
+        assert (record["action"], record["reason"]) == (
+            "skipped", "changed while being synced: not a file any more",
+        )  # fmt: skip
+    assert sum(r.get("action") == "added" for r in records.values()) == FILES - len(fifos)
