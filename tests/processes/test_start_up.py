@@ -53,7 +53,7 @@ def test_a_closed_pipe_is_not_an_error(tmp_path):
         path = tmp_path / f"d{i}.txt"
         path.write_text("x")
         paths.append(str(path))
-    run_kb("upload", *paths)
+    run_in_process("upload", *paths)  # the scene: what `status` in the pipe lists
     command = f"{sys.executable} -m kb_cli status --json | head -1"
     done = subprocess.run(
         ["bash", "-o", "pipefail", "-c", command],
