@@ -49,9 +49,16 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory):
 
     Purely a speed-up: with PYTHONDONTWRITEBYTECODE set, every subprocess would
     recompile whatever has no .pyc yet. A cache the caller names (.ci/run's, shared by
-    its test runs) is kept.
+    its test runs) is kept; otherwise the test processes of a run share one (what one's
+    `kb` processes compiled, the other's need not compile again).
     """
-    cache = os.environ.get("PYTHONPYCACHEPREFIX") or str(tmp_path_factory.mktemp("pycache"))
+    cache = os.environ.get("PYTHONPYCACHEPREFIX")
+    if not cache:
+        run = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp/popen-gwN: the run's is above
+            run = run.parent
+        (run / "pycache").mkdir(exist_ok=True)
+        cache = str(run / "pycache")
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
         patch.setenv("PYTHONPYCACHEPREFIX", cache)
