@@ -58,7 +58,7 @@ def test_wait_times_out_with_exit_7(invoke, tmp_path):
 def test_wait_says_when_no_worker_has_claimed_the_task(invoke, tmp_path, monkeypatch):
     monkeypatch.setattr(waiting, "NO_WORKER_HINT_SECONDS", 0.3)
     task = upload(invoke, tmp_path, "a.md", "# T\n\nwords\n", "--submit")
-    result = invoke("status", task["task_id"], "--wait", "--timeout", "1")
+    result = invoke("status", task["task_id"], "--wait", "--timeout", "0.6")  # past 0.3 s
     assert result.code == 7
     [hint] = [line for line in result.stderr.splitlines() if "no worker" in line]
     assert "kb work --loop" in hint and task["task_id"] in hint
