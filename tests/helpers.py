@@ -389,9 +389,9 @@ def migrated_postgres_template() -> Iterator[str]:
 def migrated_sqlite_file(directory: Path) -> Path:
     """`directory`/kb.sqlite3 with kb's schema and nothing else, made by kb's own
     migrations once per test process, for every test's home to start from: migrating
-    each home anew took a tenth of a second in process, and a `kb` process that made one
+    each home anew took 0.05 to 0.3 s in process, and a `kb` process that made one
     imported Alembic, half a second more. Whole in that one file: its write-ahead log
-    checkpointed into it, and closed."""
+    checkpointed into it, and closed (each copy is made 0600, whatever this file's mode)."""
     import sqlite3
 
     from kb_cli.db import Database
