@@ -1,6 +1,8 @@
-"""Every test gets its own KB_HOME: a real SQLite file and object directory in tmp_path
-(on PostgreSQL, a database of its own, unless it is a pure test); the tests of a module
-that only read a knowledge base share one built once (build_home, enter_home).
+"""Every test gets its own KB_HOME in tmp_path: a real SQLite file (a copy of one kb's
+migrations made once per test process, with a database id of its own) and an object
+directory; on PostgreSQL, a database of its own (a copy likewise); a pure test gets no
+database, a test marked `empty_database` starts from none. The tests of a module that
+only read a knowledge base share one built once (build_home, enter_home).
 
 Fixtures only; what tests share otherwise is in tests/helpers.py.
 """
@@ -31,8 +33,10 @@ from tests.helpers import (
     home_digest,
     home_runner,
     migrated_postgres_template,
+    migrated_sqlite_file,
     postgres_database,
     run_in_process,
+    sqlite_home_from,
 )
 from tests.loopback import s3_server, s3_store_env
 
@@ -45,9 +49,16 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory):
 
     Purely a speed-up: with PYTHONDONTWRITEBYTECODE set, every subprocess would
     recompile whatever has no .pyc yet. A cache the caller names (.ci/run's, shared by
-    its test runs) is kept.
+    its test runs) is kept; otherwise the test processes of a run share one (what one's
+    `kb` processes compiled, the other's need not compile again).
     """
-    cache = os.environ.get("PYTHONPYCACHEPREFIX") or str(tmp_path_factory.mktemp("pycache"))
+    cache = os.environ.get("PYTHONPYCACHEPREFIX")
+    if not cache:
+        run = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp/popen-gwN: the run's is above
+            run = run.parent
+        (run / "pycache").mkdir(exist_ok=True)
+        cache = str(run / "pycache")
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
         patch.setenv("PYTHONPYCACHEPREFIX", cache)
@@ -78,6 +89,10 @@ NO_DATABASE = "kbt_pure_test_has_no_database"
 def kb_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[Path]:
+    """This test's KB_HOME (tmp_path/kbhome), its current directory tmp_path. The home
+    holds a migrated database, as kb's first command would have left it, unless the test
+    is pure (tests/unit), enters a shared home, or is marked `empty_database`: then there
+    is no home until kb makes one (on PostgreSQL, a database without kb's tables)."""
     for name in STRIPPED:
         monkeypatch.delenv(name, raising=False)
     home = tmp_path / "kbhome"
@@ -86,17 +101,22 @@ def kb_home(
         for name, value in s3_store_env(request.getfixturevalue("s3_endpoint")).items():
             monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
-    if not ON_POSTGRES:
-        yield home
-        return
     if "enter_home" in request.fixturenames:  # its database is the shared home's
         yield home
         return
     if request.path.is_relative_to(UNIT_TESTS):
-        monkeypatch.setenv("DATABASE_URL", f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{NO_DATABASE}")
+        if ON_POSTGRES:
+            monkeypatch.setenv(
+                "DATABASE_URL", f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{NO_DATABASE}"
+            )
         yield home
         return
     empty = request.node.get_closest_marker("empty_database") is not None
+    if not ON_POSTGRES:
+        if not empty:
+            sqlite_home_from(request.getfixturevalue("migrated_sqlite"), home)
+        yield home
+        return
     template = None if empty else request.getfixturevalue("migrated_template")
     with postgres_database(template, own_identity=template is not None) as url:
         monkeypatch.setenv("DATABASE_URL", url)
@@ -108,6 +128,13 @@ def migrated_template() -> Iterator[str]:
     """On PostgreSQL, the database every test's own is a copy of (kb's schema, no rows)."""
     with migrated_postgres_template() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """On SQLite, the database file every test's home starts with a copy of (kb's schema,
+    no rows), made once per test process."""
+    return migrated_sqlite_file(tmp_path_factory.mktemp("template"))
 
 
 @pytest.fixture(scope="session")
@@ -125,6 +152,8 @@ def build_home(
             env = {"KB_HOME": str(root / "kbhome"), **variables}
             if ON_POSTGRES:
                 env["DATABASE_URL"] = databases.enter_context(postgres_database())
+            else:
+                sqlite_home_from(request.getfixturevalue("migrated_sqlite"), root / "kbhome")
             if ON_S3:
                 env.update(s3_store_env(request.getfixturevalue("s3_endpoint")))
             value = builder(home_runner(clean_env(keep_engine=False, **env)), root)

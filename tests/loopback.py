@@ -29,7 +29,9 @@ class JsonHandler(BaseHTTPRequestHandler):
 def serving(handler: type[JsonHandler]) -> Iterator[int]:
     """Serve `handler` on a free loopback port (yielded) until the block ends."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next look at its flag: every 0.05 s, not the
+    # default 0.5 s that every test serving a provider or a webhook sat through.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield server.server_port

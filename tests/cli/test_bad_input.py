@@ -52,6 +52,7 @@ FLOAT_OPTIONS = [
 ]
 
 
+@pytest.mark.empty_database  # no home: the refusal must not make one
 @pytest.mark.parametrize("value", ["nan", "inf", "1e308"])
 @pytest.mark.parametrize("option", FLOAT_OPTIONS, ids=lambda option: option[-1])
 def test_a_float_option_that_is_not_a_usable_number_is_a_usage_error(kb_home, option, value):
@@ -62,6 +63,7 @@ def test_a_float_option_that_is_not_a_usable_number_is_a_usage_error(kb_home, op
     assert not kb_home.exists()
 
 
+@pytest.mark.empty_database  # no home: the refusal must not make one
 @pytest.mark.parametrize("variable", ["KB_POLL_SECONDS", "KB_BACKOFF_SECONDS"])
 def test_a_float_variable_of_an_option_is_checked_the_same_way(kb_home, variable):
     result = run_in_process("work", "--json", env=kb_env(**{variable: "nan"}))

@@ -94,6 +94,7 @@ def by_filename(records: list[dict]) -> dict[str, dict]:
 # --- 1. invocation and storage -------------------------------------------------------------
 
 
+@pytest.mark.empty_database  # no home: help and version must not make one
 @pytest.mark.parametrize(
     "args",
     [
@@ -228,6 +229,7 @@ def test_errors_without_json_are_one_plain_line():
         assert not lines[0].lstrip().startswith("{")
 
 
+@pytest.mark.empty_database  # no home: a refused upload must not make one
 def test_unsupported_extension_stores_nothing(tmp_path: Path, kb_home: Path):
     good = shutil.copy(sample("faq.txt"), tmp_path / "good.txt")
     bad = write(tmp_path, "tool.exe", "MZ not a document")

@@ -109,6 +109,7 @@ def test_a_caller_sees_only_the_events_of_bases_it_may_read(invoke, tmp_path):
     check_error(relay, 5, "forbidden")
 
 
+@pytest.mark.empty_database  # no home: the refusal comes before anything is opened
 @pytest.mark.parametrize(
     "url",
     [

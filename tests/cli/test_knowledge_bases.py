@@ -476,6 +476,7 @@ def test_open_mode_reads_and_writes_every_base(invoke, tmp_path):
     not_found(invoke("upload", str(note), "--base", "nowhere", "--json"))
 
 
+@pytest.mark.empty_database  # the test makes its database at the first revision
 def test_a_first_revision_database_puts_its_documents_in_default(invoke):
     first_revision_database()
     ok(invoke("db", "upgrade", "--json"))

@@ -76,6 +76,7 @@ def test_user_list_needs_an_admin_and_works_in_open_mode(invoke, people):
 
 
 @sqlite_only
+@pytest.mark.empty_database  # no home: `user list` must not make one
 def test_user_list_without_a_database_creates_none(invoke, kb_home):
     first = invoke("user", "list")  # usage: like any path that does not exist
     assert first.code == 2 and first.stdout == "" and "no knowledge base" in first.stderr

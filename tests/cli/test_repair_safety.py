@@ -10,6 +10,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from kb_cli.services import doctor
 from tests.helpers import (
     ON_POSTGRES,
@@ -186,6 +188,7 @@ def test_an_emptied_database_file_is_an_error_not_a_new_knowledge_base(tmp_path,
 
 
 @sqlite_only
+@pytest.mark.empty_database  # the test writes the home's file itself
 def test_a_damaged_or_foreign_database_file_is_named(tmp_path, kb_home):
     kb_home.mkdir()
     database = kb_home / "kb.sqlite3"
@@ -209,6 +212,7 @@ def test_a_damaged_or_foreign_database_file_is_named(tmp_path, kb_home):
 
 
 @file_store_only("checks the modes of the object files kb creates in its home")
+@pytest.mark.empty_database  # kb makes the home and its database file, not the fixture
 def test_files_and_directories_are_private_to_their_owner(tmp_path, kb_home):
     upload(tmp_path, "secret.txt")
     for path in [kb_home, *kb_home.rglob("*")]:

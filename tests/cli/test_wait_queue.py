@@ -43,7 +43,9 @@ def claim(task_id: str, worker_id: str, seconds_ago: float = 0) -> None:
 
 
 def waiting_lines(invoke, task_id: str) -> list[str]:
-    result = invoke("status", task_id, "--wait", "--timeout", "1")
+    # Its last look comes at 0.6 s or later, past the 0.3 s of the hint: said by then, or
+    # never (one look every 0.2 s before it).
+    result = invoke("status", task_id, "--wait", "--timeout", "0.6")
     assert result.code == 7  # still queued
     return [line for line in result.stderr.splitlines() if line.startswith("waiting for task")]
 

@@ -21,6 +21,7 @@ from tests.helpers import (
     db_rows,
     file_store_only,
     later,
+    run_in_process,
     run_kb,
     start_kb,
     wait_until,
@@ -34,7 +35,7 @@ STAGES = ["download", "parse", "embedding", "indexing", "finalizing"]
 def submit_text(tmp_path: Path, name: str = "doc.txt", paragraphs: int = 1) -> dict:
     path = tmp_path / name
     path.write_text("\n\n".join(f"Paragraph {i} " + "lorem ipsum " * 90 for i in range(paragraphs)))
-    return run_kb("upload", str(path), "--submit", "--json").record
+    return run_in_process("upload", str(path), "--submit", "--json").record  # the scene only
 
 
 def task_row(kb_home: Path, task_id: str) -> dict:
@@ -93,7 +94,7 @@ def test_killed_worker_is_reclaimed_after_its_lease(tmp_path, kb_home, stage, ca
     assert final.status == "succeeded" and final.attempt == 2
     indexes = [r["chunk_index"] for r in db_rows("SELECT chunk_index FROM chunks ORDER BY 1")]
     assert indexes == list(range(len(indexes))) and indexes  # no duplicates
-    history = run_kb("status", task["task_id"], "--json").record
+    history = run_in_process("status", task["task_id"], "--json").record
     assert history["worker_id"] == "rescuer"
     doctor_is_clean()
 
@@ -161,15 +162,18 @@ def test_signal_releases_the_task_cleanly(tmp_path, kb_home, stage, signum):
     # A release gives its attempt back (docs/workers.md): a stop is no attempt.
     assert row["status"] == "queued" and row["worker_id"] is None and row["attempt"] == 0
     assert chunk_count(kb_home, task["task_id"]) == 0
-    assert run_kb("status", task["document_id"], "--json").record["status"] == "processing"
+    assert run_in_process("status", task["document_id"], "--json").record["status"] == "processing"
     doctor_is_clean()
-    finished = run_kb("work", "--json").record["task"]
+    finished = run_in_process("work", "--json").record["task"]
     assert finished["status"] == "succeeded" and finished["attempt"] == 1
 
 
 def test_second_signal_exits_at_once(tmp_path, kb_home):
     task = submit_text(tmp_path)
-    worker = start_kb("work", "--stage-delay", "5", "--lease-seconds", "30")
+    # Ten steps of 0.5 s: still at its start when it is stopped a moment after its claim.
+    # (The process runs its handlers once the main thread's pause ends: the 5 s this
+    # delay used to be were 5 s to exit.)
+    worker = start_kb("work", "--stage-delay", "0.5", "--lease-seconds", "30")
     wait_for_stage(kb_home, task["task_id"], "download")
     # Both signals are pending when the process resumes, so the second arrives before
     # the worker reaches its next safe point.
@@ -197,7 +201,7 @@ def test_transient_read_error_waits_then_succeeds(tmp_path, kb_home):
     waiting = first.record["task"]
     assert waiting["status"] == "retry_wait" and waiting["error_code"] == "object_read_error"
     assert waiting["retry_at"] and "/" not in waiting["error_detail"]
-    assert run_kb("status", task["document_id"], "--json").record["status"] == "processing"
+    assert run_in_process("status", task["document_id"], "--json").record["status"] == "processing"
     os.rename(hidden, stored)
     second = work_later(1, "second").task  # 0.2 s x jitter (at most 1.5) has passed
     assert second.status == "succeeded" and second.attempt == 2
@@ -207,7 +211,7 @@ def test_transient_read_error_waits_then_succeeds(tmp_path, kb_home):
 def test_damaged_pdf_fails_once_without_automatic_retry(tmp_path, kb_home):
     path = tmp_path / "bad.pdf"
     path.write_bytes(b"%PDF-1.4\nnot really")
-    task = run_kb("upload", str(path), "--submit", "--json").record
+    task = run_in_process("upload", str(path), "--submit", "--json").record
     first = run_kb("work", "--json", "--backoff-seconds", "0").record["task"]
     assert first["status"] == "failed" and first["error_code"] == "parse_error"
     assert first["stage"] == "parse" and first["attempt"] == 1
@@ -249,7 +253,7 @@ def test_doctor_finds_and_repairs_what_is_safe(tmp_path, kb_home):
     orphan.parent.mkdir(parents=True, exist_ok=True)
     orphan.write_bytes(b"left behind")
     os.utime(orphan, (time.time() - 3600, time.time() - 3600))
-    found = run_kb("doctor", "--json")  # now: the lease still runs
+    found = run_in_process("doctor", "--json")  # now: the lease still runs
     assert found.code == 4 and found.error["error"] == "conflict"
     assert {p["kind"] for p in json.loads(found.stdout)["problems"]} == {"orphan_object"}
     kinds = {p.kind for p in doctor.check(later(PAST_THE_LEASE)).problems}

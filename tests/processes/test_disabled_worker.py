@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.helpers import db_rows, finish, kb_env, run_kb, start_kb, wait_until
+from tests.helpers import db_rows, finish, kb_env, run_in_process, start_kb, wait_until
 from tests.loopback import JsonHandler, serving
 
 
@@ -37,30 +37,37 @@ class Receiver:
             return list(self.accepted)
 
 
+# What sets the scene, changes a user or looks at the outcome runs the CLI in the test's
+# process; the commands under test are real `kb` processes (start_kb).
+
+
 def token_of(result) -> str:
     assert result.code == 0, result.stderr
     return result.record["token"]
 
 
 def test_a_disabled_users_running_worker_releases_its_task_and_stops(tmp_path):
-    admin = token_of(run_kb("user", "add", "root", "--role", "admin", "--json"))
+    admin = token_of(run_in_process("user", "add", "root", "--role", "admin", "--json"))
     as_admin = kb_env(KB_TOKEN=admin)
-    robot = token_of(run_kb("user", "add", "robot", "--role", "worker", "--json", env=as_admin))
+    robot = token_of(
+        run_in_process("user", "add", "robot", "--role", "worker", "--json", env=as_admin)
+    )
     path = tmp_path / "long.txt"
     # Long enough (its steps paced by --stage-delay) that the worker is still running
     # when a loaded machine has run `status` and `user disable` as processes.
     path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(40)))
-    [task] = run_kb("upload", str(path), "--submit", "--json", env=as_admin).records
+    [task] = run_in_process("upload", str(path), "--submit", "--json", env=as_admin).records
     args = ("work", "--stage-delay", "0.3", "--worker-id", "R", "--json")
     worker = start_kb(*args, env=kb_env(KB_TOKEN=robot))
     wait_until(
         lambda: (
-            run_kb("status", task["task_id"], "--json", env=as_admin).record["status"] == "running"
+            run_in_process("status", task["task_id"], "--json", env=as_admin).record["status"]
+            == "running"
         ),
         timeout=20,
         message="the worker never started the task",
     )
-    disabled = run_kb("user", "disable", "robot", "--json", env=as_admin)
+    disabled = run_in_process("user", "disable", "robot", "--json", env=as_admin)
     assert disabled.code == 0 and disabled.record["state"] == "disabled"
 
     result = finish(worker, args, timeout=30)
@@ -70,7 +77,7 @@ def test_a_disabled_users_running_worker_releases_its_task_and_stops(tmp_path):
     assert f"task {task['task_id']} was released" in error["message"]
     assert f"released task={task['task_id']} worker=R" in result.stderr
 
-    released = run_kb("status", task["task_id"], "--json", env=as_admin).record
+    released = run_in_process("status", task["task_id"], "--json", env=as_admin).record
     assert (released["status"], released["attempt"], released["worker_id"]) == ("queued", 0, None)
     assert not db_rows("SELECT id FROM chunks WHERE task_id = :id", id=task["task_id"])
     events = db_rows(
@@ -81,13 +88,15 @@ def test_a_disabled_users_running_worker_releases_its_task_and_stops(tmp_path):
     assert release["actor"] == "robot" and "user robot is disabled" in release["detail"]
 
     # The same token starts no worker any more; the refusal is recorded.
-    again = run_kb("work", "--json", env=kb_env(KB_TOKEN=robot))
+    again = run_in_process("work", "--json", env=kb_env(KB_TOKEN=robot))
     assert again.code == 5 and json.loads(again.stderr)["error"] == "forbidden"
     assert db_rows("SELECT id FROM audit_events WHERE actor = 'robot' AND action = 'refused'")
 
     # Another worker completes the task: attempt 1 (the release gave its attempt back).
-    other = token_of(run_kb("user", "add", "other", "--role", "worker", "--json", env=as_admin))
-    done = run_kb("work", "--json", env=kb_env(KB_TOKEN=other))
+    other = token_of(
+        run_in_process("user", "add", "other", "--role", "worker", "--json", env=as_admin)
+    )
+    done = run_in_process("work", "--json", env=kb_env(KB_TOKEN=other))
     assert done.code == 0, done.stderr
     assert (done.record["task"]["status"], done.record["task"]["attempt"]) == ("succeeded", 1)
 
@@ -97,16 +106,22 @@ def test_every_long_running_command_of_a_revoked_caller_stops(tmp_path, change):
     """`events --follow`, `status --wait`, `relay` and an idle `work --loop` check their
     caller on each wake-up: once the user is disabled, or its token replaced, each exits
     forbidden (5) with the guard's message, and prints or posts nothing written after."""
-    admin = token_of(run_kb("user", "add", "root", "--role", "admin", "--json"))
+    admin = token_of(run_in_process("user", "add", "root", "--role", "admin", "--json"))
     as_admin = kb_env(KB_TOKEN=admin)
-    alice = token_of(run_kb("user", "add", "alice", "--role", "viewer", "--json", env=as_admin))
-    robot = token_of(run_kb("user", "add", "robot", "--role", "worker", "--json", env=as_admin))
-    busy = token_of(run_kb("user", "add", "busy", "--role", "worker", "--json", env=as_admin))
+    alice = token_of(
+        run_in_process("user", "add", "alice", "--role", "viewer", "--json", env=as_admin)
+    )
+    robot = token_of(
+        run_in_process("user", "add", "robot", "--role", "worker", "--json", env=as_admin)
+    )
+    busy = token_of(
+        run_in_process("user", "add", "busy", "--role", "worker", "--json", env=as_admin)
+    )
     path = tmp_path / "long.txt"
     # Long enough (its steps paced by --stage-delay) that the worker is still running
     # when a loaded machine has run `status` and `user disable` as processes.
     path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(40)))
-    [task] = run_kb("upload", str(path), "--submit", "--json", env=as_admin).records
+    [task] = run_in_process("upload", str(path), "--submit", "--json", env=as_admin).records
     # A task kept running by another user's worker, for `status --wait` to wait on.
     slow = start_kb("work", "--stage-delay", "10", "--json", env=kb_env(KB_TOKEN=busy))
     wait_until(
@@ -135,14 +150,14 @@ def test_every_long_running_command_of_a_revoked_caller_stops(tmp_path, change):
             time.sleep(1.0)  # every command is past its start-up and waiting
             assert all(proc.poll() is None for proc in commands.values())
             events_before = len(db_rows("SELECT id FROM outbox_events"))
-            changed = run_kb("user", change, "alice", "--json", env=as_admin)
+            changed = run_in_process("user", change, "alice", "--json", env=as_admin)
             assert changed.code == 0, changed.stderr
-            changed = run_kb("user", change, "robot", "--json", env=as_admin)
+            changed = run_in_process("user", change, "robot", "--json", env=as_admin)
             assert changed.code == 0, changed.stderr
             # A new event at once: none of them may print or post it.
             other = tmp_path / "other.txt"
             other.write_text("another note")
-            run_kb("upload", str(other), "--submit", "--json", env=as_admin)
+            run_in_process("upload", str(other), "--submit", "--json", env=as_admin)
             results = {name: finish(proc, timeout=30) for name, proc in commands.items()}
             posted = receiver.ids()
         finally:  # a command that did not stop is not left behind

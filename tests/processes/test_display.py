@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers import kb_env, run_kb
+from tests.helpers import kb_env, run_in_process, run_kb
 from tests.terminal import ANSI, run_in_terminal
 
 pytestmark = pytest.mark.display
@@ -20,7 +20,7 @@ STAGES = ("download", "parse", "embedding", "indexing", "finalizing")
 def submit(tmp_path, name: str = "a.md", text: str = "# Title\n\nSome words to index.\n"):
     path = tmp_path / name
     path.write_text(text)
-    return run_kb("upload", str(path), "--submit", "--json").record
+    return run_in_process("upload", str(path), "--submit", "--json").record  # not on a screen
 
 
 def test_work_on_a_terminal_shows_live_stage_bars(tmp_path):
@@ -38,7 +38,7 @@ def test_work_on_a_terminal_shows_live_stage_bars(tmp_path):
 def test_work_failure_on_a_terminal_shows_the_error(tmp_path):
     path = tmp_path / "bad.pdf"
     path.write_bytes(b"%PDF-1.4 broken")
-    run_kb("upload", str(path), "--submit")
+    run_in_process("upload", str(path), "--submit")
     code, screen = run_in_terminal("work", "--worker-id", "A")
     text = ANSI.sub("", screen)
     assert code == 0 and "failed" in text and "parse_error" in text

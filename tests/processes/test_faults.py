@@ -17,6 +17,7 @@ from tests.helpers import (
     file_store_only,
     kb_env,
     remove_objects,
+    run_in_process,
     run_kb,
     sqlite_only,
     start_kb,
@@ -55,7 +56,7 @@ def test_a_full_disk_under_the_database_is_storage_unavailable_and_retried(tmp_p
         )
         document = tmp_path / "big.txt"  # 499 chunks, about 1.2 MB in the database
         document.write_text("\n\n".join(f"paragraph {i} " + "words " * 150 for i in range(250)))
-        task = run_kb("upload", str(document), "--submit", "--json", env=env).record
+        task = run_in_process("upload", str(document), "--submit", "--json", env=env).record
         filler = disk / "filler"
         filler.write_bytes(bytes(1_500_000))  # leaves about 450 KB
         worked = run_kb("work", "--json", "--backoff-seconds", "0.2", env=env)
@@ -86,7 +87,9 @@ def test_a_full_object_store_names_the_cause_on_upload(tmp_path):
 def test_a_read_only_database_is_named(tmp_path):
     with small_disk(tmp_path / "disk") as disk:
         env = kb_env(KB_HOME=str(disk), OBJECT_STORE_ROOT=str(tmp_path / "objects"))
-        assert run_kb("db", "upgrade", env=env).code == 0  # a knowledge base on that disk
+        # A knowledge base on that disk (made in the test's process: a `kb` process that
+        # makes one imports Alembic, seconds for nothing here).
+        assert run_in_process("db", "upgrade", env=env).code == 0
         remount_read_only(disk)
         note = tmp_path / "a.txt"
         note.write_text("words")
@@ -99,7 +102,7 @@ def test_a_read_only_database_is_named(tmp_path):
 def test_an_object_that_vanishes_after_the_download_is_an_object_read_error(tmp_path, kb_home):
     path = tmp_path / "a.txt"
     path.write_text("some words to index")
-    task = run_kb("upload", str(path), "--submit", "--json").record
+    task = run_in_process("upload", str(path), "--submit", "--json").record
     env = kb_env(KB_EMBEDDINGS="none")
     worker = start_kb("work", "--json", "--stage-delay", "0.6", "--backoff-seconds", "30", env=env)
 
@@ -124,7 +127,7 @@ def test_an_object_that_vanishes_after_the_download_is_an_object_read_error(tmp_
 def test_a_busy_database_is_waited_out_not_the_end_of_the_worker(tmp_path, kb_home):
     path = tmp_path / "a.txt"
     path.write_text("words to index while the database is locked")
-    task = run_kb("upload", str(path), "--submit", "--json").record
+    task = run_in_process("upload", str(path), "--submit", "--json").record
     env = kb_env(KB_BUSY_TIMEOUT="0.2", KB_EMBEDDINGS="none")
     with write_lock_held(task["task_id"]):
         # By id: PostgreSQL's claim of the oldest task skips a locked row instead.

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.docgen import make_epub, make_pptx, make_xlsx, raw_pdf, zip_bomb
-from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until
+from tests.helpers import db_rows, kb_env, run_in_process, run_kb, start_kb, wait_until
 
 BACKENDS = ["pypdf", "pdfium"]
 
@@ -92,7 +92,7 @@ def work_measured(tmp_path: Path, document: Path, **env: str) -> tuple[dict, int
     """Upload and submit `document`, run one worker on it; (the final task record, the
     peak RSS in MiB of the worker and its parse children)."""
     environment = kb_env(KB_EMBEDDINGS="none", **env)
-    submitted = run_kb("upload", str(document), "--submit", "--json", env=environment)
+    submitted = run_in_process("upload", str(document), "--submit", "--json", env=environment)
     assert submitted.code == 0, submitted.stderr
     command = [sys.executable, "-m", "kb_cli", "work", "--json", "--max-attempts", "1"]
     done = subprocess.run(

@@ -15,7 +15,7 @@ from kb_cli.services import doctor, removal, tasks
 from kb_cli.services import documents as docs
 from kb_cli.services import search as search_service
 from kb_cli.worker import Worker, WorkerOptions
-from tests.helpers import db_rows, kb_env, object_keys, run_kb, start_kb, wait_until
+from tests.helpers import db_rows, kb_env, object_keys, run_in_process, run_kb, start_kb, wait_until
 from tests.terminal import run_in_terminal
 
 SECTIONS = 400
@@ -44,7 +44,7 @@ def leftovers(document_id: str) -> dict[str, int]:
 
 def test_a_delete_wins_against_a_running_worker_process(tmp_path, kb_home):
     env = kb_env(KB_EMBEDDINGS="none", KB_CHUNK_BATCH="20")
-    task = run_kb("upload", big_document(tmp_path), "--submit", "--json", env=env).record
+    task = run_in_process("upload", big_document(tmp_path), "--submit", "--json", env=env).record
     # Slow enough that the delete process (a second or two to start on a busy machine)
     # always comes while the worker is still writing chunks.
     worker = start_kb("work", "--json", "--stage-delay", "0.3", env=env)
@@ -58,7 +58,7 @@ def test_a_delete_wins_against_a_running_worker_process(tmp_path, kb_home):
     assert worker.returncode == 0, err
     assert "claim lost" in err or '"status": "cancelled"' in out
     assert leftovers(task["document_id"]) == {"documents": 0, "chunks": 0, "ingestion_tasks": 0}
-    assert run_kb("doctor", "--json", env=env).code == 0
+    assert run_in_process("doctor", "--json", env=env).code == 0
 
 
 @pytest.mark.parametrize(
@@ -92,9 +92,9 @@ def test_search_never_serves_a_chunk_of_a_document_deleted_while_a_worker_runs(k
 
 def test_a_delete_killed_part_way_is_finished_by_doctor_repair(tmp_path, kb_home):
     env = kb_env(KB_EMBEDDINGS="none", KB_CHUNK_BATCH="1")
-    task = run_kb("upload", big_document(tmp_path), "--submit", "--json", env=env).record
-    assert run_kb("work", "--json", env=env).code == 0
-    assert run_kb("publish", task["document_id"], "--json", env=env).code == 0
+    task = run_in_process("upload", big_document(tmp_path), "--submit", "--json", env=env).record
+    assert run_in_process("work", "--json", env=env).code == 0
+    assert run_in_process("publish", task["document_id"], "--json", env=env).code == 0
     total = leftovers(task["document_id"])["chunks"]
     deleter = start_kb("delete", task["document_id"], "--json", env=env)
     wait_until(
@@ -106,22 +106,22 @@ def test_a_delete_killed_part_way_is_finished_by_doctor_repair(tmp_path, kb_home
     deleter.communicate(timeout=10)
     left = leftovers(task["document_id"])
     assert left["documents"] == 1 and left["chunks"] > 0  # a crash in the middle
-    assert run_kb("search", "heron1", "--json", env=env).stdout == ""  # nothing served
-    assert run_kb("status", task["document_id"], "--json", env=env).code == 3
-    found = run_kb("doctor", "--json", env=env)
+    assert run_in_process("search", "heron1", "--json", env=env).stdout == ""  # nothing served
+    assert run_in_process("status", task["document_id"], "--json", env=env).code == 3
+    found = run_in_process("doctor", "--json", env=env)
     assert found.code == 4 and '"unfinished_delete"' in found.stdout
     repaired = run_kb("doctor", "--repair", "--json", env=env)
     assert repaired.code == 0, repaired.stdout
     assert leftovers(task["document_id"]) == {"documents": 0, "chunks": 0, "ingestion_tasks": 0}
     assert object_keys() == []
-    assert run_kb("doctor", "--json", env=env).code == 0
+    assert run_in_process("doctor", "--json", env=env).code == 0
 
 
 @pytest.mark.parametrize(("reply", "deleted"), [("n\n", False), ("y\n", True)])
 def test_a_bulk_delete_asks_on_a_terminal(tmp_path, kb_home, reply, deleted):
     for name in ("a.md", "b.md"):
         (tmp_path / name).write_text("Some words.")
-        assert run_kb("upload", str(tmp_path / name), "--json").code == 0
+        assert run_in_process("upload", str(tmp_path / name), "--json").code == 0
     code, screen = run_in_terminal("delete", "--status", "draft", answer=("[y/N]", reply))
     assert "delete 2 documents with their chunks and files? [y/N]" in screen
     documents = db_rows("SELECT id FROM documents")

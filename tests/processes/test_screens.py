@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from tests.helpers import run_kb, start_kb, wait_until
+from tests.helpers import run_in_process, start_kb, wait_until
 from tests.terminal import ANSI, run_in_terminal
 
 pytestmark = pytest.mark.display
@@ -31,7 +31,7 @@ def assert_fits(screen: str, columns: int) -> list[str]:
 def upload(tmp_path, name: str, text: str = "# Title\n\nSome words to index.\n", *flags: str):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
-    return run_kb("upload", str(path), *flags, "--json").record
+    return run_in_process("upload", str(path), *flags, "--json").record  # not on a screen
 
 
 @pytest.mark.parametrize("columns", WIDTHS)
@@ -128,11 +128,18 @@ def test_status_columns_fit_and_keep_names_apart_while_work_runs(tmp_path):
     after; both fit and keep the two names apart."""
     names = [f"big-manual-{part}-edition-2026.md" for part in ("one", "two")]
     text = "# T\n\n" + "words and more words. " * 400
-    ids = [upload(tmp_path, name, text, "--submit")["document_id"] for name in names]
+    tasks = [upload(tmp_path, name, text, "--submit") for name in names]
+    ids = [task["document_id"] for task in tasks]
+    # The first document done at once, the second running slowly while the table is drawn
+    # (one worker drained both, the first as slowly: four seconds spent on nothing).
+    assert run_in_process("work", tasks[0]["task_id"]).code == 0
     worker = start_kb("work", "--drain", "--stage-delay", "0.4")
     try:
         wait_until(
-            lambda: run_kb("status", ids[1], "--json").record["latest_task"]["status"] == "running",
+            lambda: (
+                run_in_process("status", ids[1], "--json").record["latest_task"]["status"]
+                == "running"
+            ),
             timeout=60,
         )
         code, running = run_in_terminal("status", COLUMNS="80")
@@ -159,7 +166,7 @@ def test_task_tables_and_panels_name_the_file(tmp_path):
     rows = [line for line in lines if "queued" in line]
     assert len(rows) == 3 and all("Quarterly" in row for row in rows)
     assert len({row.split("queued")[0].split(maxsplit=1)[1] for row in rows}) == 3
-    task = run_kb("status", "--json").records[0]["latest_task"]
+    task = run_in_process("status", "--json").records[0]["latest_task"]
     code, screen = run_in_terminal("cancel", task["task_id"], COLUMNS="80")
     lines = assert_fits(screen, 80)
     assert code == 0 and any(line.lstrip("│ ").startswith("file") for line in lines)
@@ -168,7 +175,7 @@ def test_task_tables_and_panels_name_the_file(tmp_path):
 def test_errors_and_warnings_wrap_between_words(tmp_path):
     code, screen = run_in_terminal("status", "--no-such-option", COLUMNS="80")
     assert code == 2
-    message = run_kb("status", "--no-such-option", "--json").error["message"]
+    message = run_in_process("status", "--no-such-option", "--json").error["message"]
     _assert_words_whole(screen, message)
     note = tmp_path / LONG_NAME
     note.write_text("words")
@@ -189,7 +196,7 @@ def _assert_words_whole(screen: str, message: str) -> None:
 def test_wait_on_a_failing_task_shows_the_failure_and_exits_8(tmp_path, columns):
     path = tmp_path / "broken.pdf"
     path.write_bytes(b"%PDF-1.4 broken")
-    task = run_kb("upload", str(path), "--submit", "--json").record
+    task = run_in_process("upload", str(path), "--submit", "--json").record
     worker = start_kb("work", "--stage-delay", "0.2")
     code, screen = run_in_terminal("status", task["task_id"], "--wait", COLUMNS=str(columns))
     worker.communicate(timeout=60)
@@ -203,7 +210,7 @@ def test_wait_on_a_failing_task_shows_the_failure_and_exits_8(tmp_path, columns)
 
 def test_no_hits_say_so_on_a_terminal(tmp_path):
     upload(tmp_path, "a.md", "# T\n\nzebras everywhere\n", "--submit")
-    run_kb("work")
+    run_in_process("work")
     code, screen = run_in_terminal("search", "zebras", COLUMNS="80")
     assert code == 0
     assert "no hits" in screen and "published" in screen  # the draft is not served
@@ -221,7 +228,7 @@ def test_demo_summary_fits(columns):
 def test_control_characters_in_file_names_are_escaped_on_a_terminal(tmp_path):
     name = "evil\x1b[31mred\x1b]0;title\x07\nforged row.txt"
     (tmp_path / name).write_text("words")
-    assert run_kb("upload", str(tmp_path / name), "--json").code == 0
+    assert run_in_process("upload", str(tmp_path / name), "--json").code == 0
     code, screen = run_in_terminal("status")
     assert code == 0
     assert "\x1b[31mred" not in screen and "\x1b]0;" not in screen
@@ -254,8 +261,8 @@ def test_a_right_to_left_override_in_a_file_name_is_escaped_on_a_terminal(tmp_pa
 
 def test_events_on_a_terminal_fit_one_line_each(tmp_path):
     task = upload(tmp_path, "note.md", "# Note\n\nSome words to index.\n", "--submit")
-    assert run_kb("work", "--json").code == 0
-    events = run_kb("events", "--json").records
+    assert run_in_process("work", "--json").code == 0
+    events = run_in_process("events", "--json").records
     assert len(events) == 3  # queued, succeeded, review_pending
     code, screen = run_in_terminal("events", COLUMNS="80")
     lines = [line for line in assert_fits(screen, 80) if line.strip()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from tests.helpers import run_kb
+from tests.helpers import run_in_process, run_kb
 from tests.terminal import ANSI, run_in_terminal
 
 pytestmark = pytest.mark.display
@@ -22,11 +22,11 @@ def lines_of(screen: str) -> list[str]:
 def upload(tmp_path, name: str, *flags: str) -> dict:
     path = tmp_path / name
     path.write_text(f"# {name}\n\nSome words about {name}.\n", encoding="utf-8")
-    return run_kb("upload", str(path), *flags, "--json").record
+    return run_in_process("upload", str(path), *flags, "--json").record  # not on a screen
 
 
 def test_status_at_80_columns_keeps_different_names_apart_and_names_the_base(tmp_path):
-    assert run_kb("base", "create", "finance").code == 0
+    assert run_in_process("base", "create", "finance").code == 0
     ids = {f"reset-{who}-password.md": "" for who in PEOPLE}
     for name in ids:
         ids[name] = upload(tmp_path, name)["document_id"]
@@ -80,8 +80,8 @@ def test_events_on_a_terminal_name_the_file_and_keep_the_status_whole(tmp_path):
 
 def test_history_keeps_its_columns_in_line(tmp_path):
     task = upload(tmp_path, "a.md", "--submit")
-    assert run_kb("work").code == 0
-    assert run_kb("publish", task["document_id"]).code == 0
+    assert run_in_process("work").code == 0
+    assert run_in_process("publish", task["document_id"]).code == 0
     code, screen = run_in_terminal("history", task["document_id"], COLUMNS=str(COLUMNS))
     assert code == 0
     rows = [line for line in lines_of(screen) if line[:4].isdigit()]

@@ -53,7 +53,7 @@ def test_a_closed_pipe_is_not_an_error(tmp_path):
         path = tmp_path / f"d{i}.txt"
         path.write_text("x")
         paths.append(str(path))
-    run_kb("upload", *paths)
+    run_in_process("upload", *paths)  # the scene: what `status` in the pipe lists
     command = f"{sys.executable} -m kb_cli status --json | head -1"
     done = subprocess.run(
         ["bash", "-o", "pipefail", "-c", command],
@@ -68,6 +68,7 @@ def test_a_closed_pipe_is_not_an_error(tmp_path):
 
 
 @file_store_only("checks the modes of the object files kb creates in its home")
+@pytest.mark.empty_database  # kb makes the home and its database file, not the fixture
 def test_a_tighter_umask_is_respected(tmp_path, kb_home):
     if os.geteuid() != 0:
         pytest.skip("a umask that takes away the owner's write bit leaves only root writing")

@@ -16,7 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, db_rows, finish, kb_env, kb_json, object_keys, run_kb, start_kb
+from tests.helpers import (
+    REPO,
+    db_rows,
+    finish,
+    kb_env,
+    kb_json,
+    object_keys,
+    run_in_process,
+    run_kb,
+    start_kb,
+)
 
 FILES = 120
 
@@ -37,7 +47,7 @@ def converged(source: Path) -> None:
     assert sorted(paths) == expected
     rows = db_rows("SELECT count(*) AS n FROM documents")
     assert rows[0]["n"] == FILES
-    doctor = run_kb("doctor", "--json")
+    doctor = run_in_process("doctor", "--json")
     assert doctor.code == 0, doctor.stdout
 
 
@@ -110,21 +120,21 @@ def test_an_object_stored_by_a_killed_command_is_no_orphan(tmp_path):
     source = tmp_path / "src"
     source.mkdir()
     (source / "a.md").write_text("# A\n\nThe text of a.\n", "utf-8")
-    assert run_kb("sync", str(source)).code == 0
+    assert run_in_process("sync", str(source)).code == 0
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_AFTER_STORING], env=kb_env(), capture_output=True, text=True
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     key = killed.stdout.strip()
     assert key in object_keys()
-    doctor = run_kb("doctor", "--json")
+    doctor = run_in_process("doctor", "--json")
     assert doctor.code == 4, doctor.stdout
     [problem] = json.loads(doctor.stdout)["problems"]
     assert (problem["kind"], problem["id"]) == ("abandoned_object", key)
     again = run_kb("sync", str(source), "--json")
     assert again.code == 0, again.stderr
     assert key not in object_keys() and len(object_keys()) == 1
-    assert run_kb("doctor", "--json").code == 0
+    assert run_in_process("doctor", "--json").code == 0
     assert db_rows("SELECT count(*) AS n FROM pending_objects")[0]["n"] == 0
 
 
@@ -229,7 +239,7 @@ def test_a_folder_sync_may_not_read_is_failed_and_its_documents_kept(tmp_path):
     unreadable file too, the rest goes on; a document synced from that folder before is
     not missing (not deleted, even with --missing delete), and is there once readable."""
     source = source_tree(tmp_path / "src")
-    assert run_kb("sync", str(source)).code == 0
+    assert run_in_process("sync", str(source)).code == 0  # the scene: 120 documents
     locked = source / "part1"
     secret = source / "part2" / "secret.md"
     secret.write_text("# Secret\n\nNot for kb.\n", "utf-8")
@@ -261,7 +271,7 @@ def test_a_folder_sync_may_not_read_is_failed_and_its_documents_kept(tmp_path):
     rest = [r for p, r in records.items() if not p.startswith(("part1/", "part2/secret"))]
     assert len(rest) == FILES - FILES // 6 and {r["action"] for r in rest} == {"unchanged"}
     assert db_rows("SELECT count(*) AS n FROM documents")[0]["n"] == FILES
-    readable = run_kb("sync", str(source), "--json")
+    readable = run_in_process("sync", str(source), "--json")
     assert readable.code == 0, readable.stderr
     actions = {r["path"]: r["action"] for r in readable.records[:-1]}
     assert actions.pop("part2/secret.md") == "added"

@@ -6,7 +6,15 @@ import json
 import signal
 import time
 
-from tests.helpers import db_rows, kb_env, run_kb, start_kb, wait_until, write_lock_held
+from tests.helpers import (
+    db_rows,
+    kb_env,
+    run_in_process,
+    run_kb,
+    start_kb,
+    wait_until,
+    write_lock_held,
+)
 
 
 def upload(tmp_path, count: int, prefix: str = "doc") -> list[dict]:
@@ -15,7 +23,7 @@ def upload(tmp_path, count: int, prefix: str = "doc") -> list[dict]:
         path = tmp_path / f"{prefix}{i}.txt"
         path.write_text(f"Document {i} talks about topic{i} and the retention policy.\n")
         paths.append(str(path))
-    result = run_kb("upload", *paths, "--submit", "--json")
+    result = run_in_process("upload", *paths, "--submit", "--json")  # the scene only
     assert result.code == 0, result.stderr
     return result.records
 
@@ -38,7 +46,7 @@ def test_only_one_worker_can_claim_a_queued_task(tmp_path):
         else:
             assert line["task"] is None
             assert f"claim missed task={task['task_id']} worker={line['worker_id']}" in err
-    final = run_kb("status", task["task_id"], "--json").record
+    final = run_in_process("status", task["task_id"], "--json").record
     assert final["attempt"] == 1 and final["worker_id"] == winners[0]["worker_id"]
 
 
@@ -46,15 +54,15 @@ def test_separate_worker_process_persists_chunks_the_cli_can_read(tmp_path, kb_h
     [task] = upload(tmp_path, 1)
     worker = run_kb("work", "--json")
     assert worker.code == 0 and worker.record["task"]["status"] == "succeeded"
-    document = run_kb("status", task["document_id"], "--json").record
+    document = run_in_process("status", task["document_id"], "--json").record
     assert document["status"] == "review_pending"
     assert document["latest_task"]["task_id"] == task["task_id"]
     [row] = db_rows(
         "SELECT count(*) AS n FROM chunks WHERE document_id = :id", id=task["document_id"]
     )
     assert row["n"] >= 1
-    assert run_kb("publish", task["document_id"], "--json").code == 0
-    hits = run_kb("search", "topic0", "--json").records
+    assert run_in_process("publish", task["document_id"], "--json").code == 0
+    hits = run_in_process("search", "topic0", "--json").records
     assert [hit["document_id"] for hit in hits] == [task["document_id"]]
 
 
@@ -69,7 +77,7 @@ def test_four_drain_workers_process_fifty_documents_exactly_once(tmp_path):
         records = [json.loads(line) for line in out.splitlines()]
         claims += [record["task_id"] for record in records if record["claimed"]]
     assert sorted(claims) == sorted(task["task_id"] for task in tasks)
-    statuses = run_kb("status", "--json").records
+    statuses = run_in_process("status", "--json").records
     assert {doc["status"] for doc in statuses} == {"review_pending"}
     assert {doc["latest_task"]["attempt"] for doc in statuses} == {1}
 
@@ -77,12 +85,12 @@ def test_four_drain_workers_process_fifty_documents_exactly_once(tmp_path):
 def test_cancel_from_another_process_stops_a_running_worker(tmp_path):
     path = tmp_path / "long.txt"
     path.write_text("\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(10)))
-    [task] = run_kb("upload", str(path), "--submit", "--json").records
+    [task] = run_in_process("upload", str(path), "--submit", "--json").records
     # A pause long enough for two `kb` processes to start between two steps: a faster
     # worker than the test's status polls once finished first.
     worker = start_kb("work", "--stage-delay", "1", "--json")
     wait_until(
-        lambda: run_kb("status", task["task_id"], "--json").record["status"] == "running",
+        lambda: run_in_process("status", task["task_id"], "--json").record["status"] == "running",
         timeout=20,
         message="the worker never started the task",
     )
@@ -91,7 +99,7 @@ def test_cancel_from_another_process_stops_a_running_worker(tmp_path):
     out, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
     assert json.loads(out)["task"]["status"] == "cancelled"
-    document = run_kb("status", task["document_id"], "--json").record
+    document = run_in_process("status", task["document_id"], "--json").record
     assert document["status"] == "draft"
 
 
@@ -100,12 +108,12 @@ def test_a_locked_database_is_busy_and_changes_nothing(tmp_path, kb_home):
     with write_lock_held(task["task_id"]):
         result = run_kb("cancel", task["task_id"], "--json", env=kb_env(KB_BUSY_TIMEOUT="0.2"))
     assert result.code == 7 and result.error["error"] == "busy"
-    assert run_kb("status", task["task_id"], "--json").record["status"] == "queued"
+    assert run_in_process("status", task["task_id"], "--json").record["status"] == "queued"
 
 
 def test_a_missed_claim_by_prefix_logs_the_full_task_id(tmp_path):
     [task] = upload(tmp_path, 1)
-    assert run_kb("work").code == 0
+    assert run_in_process("work").code == 0
     missed = run_kb("work", task["task_id"][:8], "--json")
     assert missed.code == 0 and missed.record["claimed"] is False
     assert missed.record["task_id"] == task["task_id"]
@@ -143,7 +151,7 @@ def test_a_signal_gives_back_the_small_tasks_a_worker_claimed_ahead(tmp_path):
     assert {claimed[row["id"]] for row in released if row["id"] in claimed} <= {"queued"}
     log = err_path.read_text()
     assert log.count("released task=") == sum(s == "queued" for s in claimed.values())
-    finished = run_kb("work", "--drain", "--json")
+    finished = run_in_process("work", "--drain", "--json")
     assert finished.code == 0
     assert {row["status"] for row in db_rows("SELECT status FROM ingestion_tasks")} == {"succeeded"}
     assert len(rows) == len(tasks)

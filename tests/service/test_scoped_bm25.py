@@ -3,8 +3,13 @@ bm25() when the scope is the whole index, computed from the index's postings."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 
+from kb_cli.app import Kb
+from kb_cli.config import resolve_settings
 from kb_cli.lexical import fts5
 from kb_cli.ranking import Corpus, best_scored, bm25
 from tests.helpers import sqlite_only
@@ -18,18 +23,46 @@ CHUNK_TEXTS = [
 ]
 
 
+def _published_corpus(invoke, tmp_path) -> None:
+    """CHUNK_TEXTS, a document each, all published."""
+    for i, text in enumerate(CHUNK_TEXTS):
+        (tmp_path / f"doc{i}.txt").write_text(text)
+    names = [str(tmp_path / f"doc{i}.txt") for i in range(len(CHUNK_TEXTS))]
+    assert invoke("upload", *names, "--submit").code == 0
+    assert invoke("work", "--drain").code == 0
+    assert invoke("publish", "--all-reviewed").code == 0
+
+
+@pytest.fixture(scope="module")
+def published_home(build_home):
+    return build_home(_published_corpus)
+
+
+@contextlib.contextmanager
+def entered(enter_home, home, writes: bool = False) -> Iterator[Kb]:
+    """The service layer on `home` (enter_home: as it is, or with `writes` a copy of this
+    test's own), closed afterwards."""
+    enter_home(home, writes=writes)
+    kb = Kb.open(resolve_settings(), actor="tester", create=False)
+    try:
+        yield kb
+    finally:
+        kb.db.close()
+
+
+@pytest.fixture
+def published(enter_home, published_home) -> Iterator[Kb]:
+    """The published corpus, for a test that only reads it."""
+    with entered(enter_home, published_home) as kb:
+        yield kb
+
+
 @sqlite_only
 @pytest.mark.parametrize(
     "question", ["retention policy", "invoices run", "travel booking policy", "retention"]
 )
-def test_scoped_bm25_of_the_whole_index_is_fts5s_bm25(invoke, kb, tmp_path, question):
-    for i, text in enumerate(CHUNK_TEXTS):
-        (tmp_path / f"doc{i}.txt").write_text(text)
-    tasks = invoke("upload", *(str(tmp_path / f"doc{i}.txt") for i in range(5)), "--submit")
-    assert tasks.code == 0, tasks.stderr
-    assert invoke("work", "--drain").code == 0
-    for line in invoke("status", "--json").records:
-        assert invoke("publish", line["document_id"]).code == 0
+def test_scoped_bm25_of_the_whole_index_is_fts5s_bm25(published, question):
+    kb = published
     terms = question.split()
     with kb.db.read() as conn:
         native = fts5.ranked_by_the_index(conn, terms, [], 10)
@@ -61,27 +94,48 @@ def test_a_term_in_most_chunks_keeps_a_tiny_positive_weight():
     assert 0 < bm25(corpus, [(1, "the", 1, 5)])[1] < 1e-5
 
 
-@sqlite_only
-@pytest.mark.parametrize("postings", [fts5.EXACT_POSTINGS, 0], ids=["bm25", "rarest"])
-def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(
-    invoke, kb, tmp_path, monkeypatch, postings
-):
-    """More unpublished chunks outrank the published one than the first window holds
-    (WINDOW_PER_RESULT per result; RESCORED_PER_RESULT from the rarest words): the
-    window grows until it finds it, on either path."""
-    monkeypatch.setattr(fts5, "EXACT_POSTINGS", postings)
-    drafts = fts5.WINDOW_PER_RESULT * fts5.WINDOW_GROWTH + 3
-    for i in range(drafts):
+DRAFTS = fts5.WINDOW_PER_RESULT * fts5.WINDOW_GROWTH + 3
+
+
+def _drafts_and_one_published(invoke, tmp_path) -> str:
+    """DRAFTS processed documents saying "invoices" more often than the one published
+    (its id returned)."""
+    for i in range(DRAFTS):
         (tmp_path / f"draft{i}.txt").write_text(f"Invoices invoices invoices, draft {i}.")
     published = tmp_path / "published.txt"
     published.write_text("The invoices are kept by finance, with the contracts and the rest.")
     uploaded = invoke("upload", str(published), "--submit", "--json")
     assert uploaded.code == 0, uploaded.stderr
     document = uploaded.records[0]["document_id"]
-    names = [str(tmp_path / f"draft{i}.txt") for i in range(drafts)]
+    names = [str(tmp_path / f"draft{i}.txt") for i in range(DRAFTS)]
     assert invoke("upload", *names, "--submit").code == 0
     assert invoke("work", "--drain").code == 0
     assert invoke("publish", document).code == 0
+    return document
+
+
+@pytest.fixture(scope="module")
+def drafts_home(build_home):
+    return build_home(_drafts_and_one_published)
+
+
+@pytest.fixture
+def drafts(enter_home, drafts_home) -> Iterator[tuple[Kb, str]]:
+    """The drafts and the published document's id, for a test that only reads them."""
+    with entered(enter_home, drafts_home) as kb:
+        yield kb, drafts_home.value
+
+
+@sqlite_only
+@pytest.mark.parametrize("postings", [fts5.EXACT_POSTINGS, 0], ids=["bm25", "rarest"])
+def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(
+    drafts, monkeypatch, postings
+):
+    """More unpublished chunks outrank the published one than the first window holds
+    (WINDOW_PER_RESULT per result; RESCORED_PER_RESULT from the rarest words): the
+    window grows until it finds it, on either path."""
+    monkeypatch.setattr(fts5, "EXACT_POSTINGS", postings)
+    kb, document = drafts
     with kb.db.read() as conn:
         ranked = fts5.ranked_by_the_index(conn, ["invoices"], [], 1)
         published_id = conn.execute(
@@ -90,30 +144,19 @@ def test_the_index_ranking_looks_past_a_window_of_unpublished_matches(
         everything = conn.execute(
             "SELECT count(*) FROM chunks_terms WHERE chunks_terms MATCH 'invoices'"
         ).scalar()
-    assert everything == drafts + 1
+    assert everything == DRAFTS + 1
     assert [chunk for chunk, _score in ranked] == [published_id]
     with kb.db.read() as conn:  # a phrase no chunk holds: every match looked at, none kept
         assert fts5.ranked_by_the_index(conn, ["invoices"], ["no such phrase"], 1) == []
 
 
-def _published_corpus(invoke, tmp_path) -> None:
-    for i, text in enumerate(CHUNK_TEXTS):
-        (tmp_path / f"doc{i}.txt").write_text(text)
-    names = [str(tmp_path / f"doc{i}.txt") for i in range(len(CHUNK_TEXTS))]
-    assert invoke("upload", *names, "--submit").code == 0
-    assert invoke("work", "--drain").code == 0
-    assert invoke("publish", "--all-reviewed").code == 0
-
-
 @sqlite_only
-def test_the_rarest_words_rank_their_candidates_with_bm25s_own_numbers(
-    invoke, kb, tmp_path, monkeypatch
-):
+def test_the_rarest_words_rank_their_candidates_with_bm25s_own_numbers(published, monkeypatch):
     """Past EXACT_POSTINGS the candidates come from the words in at most COMMON_CHUNKS
     chunks (here: in one, so the rarest word, and more while too few are chosen) and
     the chunks holding every word; each is scored on every word with the index's
     statistics, so it has the score bm25() gives it."""
-    _published_corpus(invoke, tmp_path)
+    kb = published
     monkeypatch.setattr(fts5, "EXACT_POSTINGS", 0)
     monkeypatch.setattr(fts5, "COMMON_CHUNKS", 1)
     terms = ["invoices", "retention", "policy", "travel"]
@@ -141,10 +184,8 @@ def test_rare_words_choose_and_common_ones_join_while_too_few_chunks_are_chosen(
 
 
 @sqlite_only
-def test_when_no_word_is_common_the_rarest_words_rank_as_bm25_does(
-    invoke, kb, tmp_path, monkeypatch
-):
-    _published_corpus(invoke, tmp_path)
+def test_when_no_word_is_common_the_rarest_words_rank_as_bm25_does(published, monkeypatch):
+    kb = published
     monkeypatch.setattr(fts5, "EXACT_POSTINGS", 0)
     terms = ["invoices", "retention", "policy", "travel", "plants"]
     with kb.db.read() as conn:
@@ -156,8 +197,8 @@ def test_when_no_word_is_common_the_rarest_words_rank_as_bm25_does(
 
 
 @sqlite_only
-def test_the_index_totals_are_the_chunks_and_their_mean_length(invoke, kb, tmp_path):
-    _published_corpus(invoke, tmp_path)
+def test_the_index_totals_are_the_chunks_and_their_mean_length(published):
+    kb = published
     with kb.db.read() as conn:
         chunks, mean_length = fts5._index_totals(conn)
         counted, tokens = conn.execute("SELECT count(*), sum(term_count) FROM chunks").first()
@@ -176,11 +217,18 @@ def _runs(conn) -> list[tuple]:
     return [tuple(row) for row in conn.execute(sql + " ORDER BY 1, 2").all()]
 
 
+@pytest.fixture
+def published_copy(enter_home, published_home) -> Iterator[Kb]:
+    """A copy of the published corpus of this test's own, to change."""
+    with entered(enter_home, published_home, writes=True) as kb:
+        yield kb
+
+
 @sqlite_only
-def test_each_revisions_run_of_chunk_ids_follows_its_chunks(invoke, kb, tmp_path):
+def test_each_revisions_run_of_chunk_ids_follows_its_chunks(invoke, published_copy, tmp_path):
     """chunk_runs (a scope's chunks, size and mean length) stays what counting the
     chunks gives through new documents, a new revision and a deletion."""
-    _published_corpus(invoke, tmp_path)
+    kb = published_copy
     (tmp_path / "new.txt").write_text("A second revision, with other words: " * 40)
     first = invoke("status", "--json").records[-1]["document_id"]
     assert invoke("upload", str(tmp_path / "new.txt"), "--replace", first).code == 0
@@ -213,10 +261,29 @@ QUESTION = ["invoices", "retention", "policy", "travel", "finance"]
 SCOPE = ("d.base = :b", {"b": "finance"})
 
 
+@pytest.fixture(scope="module")
+def bases_home(build_home):
+    return build_home(_bases_corpus)
+
+
+@pytest.fixture
+def bases(enter_home, bases_home) -> Iterator[Kb]:
+    """The two bases, for a test that only reads them."""
+    with entered(enter_home, bases_home) as kb:
+        yield kb
+
+
+@pytest.fixture
+def bases_copy(enter_home, bases_home) -> Iterator[Kb]:
+    """A copy of the two bases of this test's own, to change."""
+    with entered(enter_home, bases_home, writes=True) as kb:
+        yield kb
+
+
 @sqlite_only
-def test_in_a_scope_every_match_is_scored_with_the_scopes_statistics(invoke, kb, tmp_path):
+def test_in_a_scope_every_match_is_scored_with_the_scopes_statistics(bases):
     """Few matches in the scope: every one is scored, exactly as the postings give it."""
-    _bases_corpus(invoke, tmp_path)
+    kb = bases
     with kb.db.read() as conn:
         runs = fts5.ranked_in_scope(conn, QUESTION, [], 50, *SCOPE)
         postings = fts5.ranked_from_postings(conn, fts5._stems(conn, QUESTION), [], 50, *SCOPE)
@@ -232,11 +299,11 @@ def test_in_a_scope_every_match_is_scored_with_the_scopes_statistics(invoke, kb,
 
 
 @sqlite_only
-def test_in_a_scope_the_scopes_own_words_choose_the_candidates(invoke, kb, tmp_path, monkeypatch):
+def test_in_a_scope_the_scopes_own_words_choose_the_candidates(bases_copy, monkeypatch):
     """Past RESCORED_ALL, candidates come from the scope's chunks of its rarer words:
     each keeps the score the full ranking gives it, none is outside the scope, and
     the other base's chunks change nothing (scored alone in its own home, the same)."""
-    _bases_corpus(invoke, tmp_path)
+    kb = bases_copy
     monkeypatch.setattr(fts5, "RESCORED_ALL", 0)
     monkeypatch.setattr(fts5, "COMMON_CHUNKS", 3)
     with kb.db.read() as conn:
@@ -256,8 +323,8 @@ def test_in_a_scope_the_scopes_own_words_choose_the_candidates(invoke, kb, tmp_p
 
 
 @sqlite_only
-def test_a_run_with_a_gap_sends_the_scope_to_the_postings(invoke, kb, tmp_path):
-    _bases_corpus(invoke, tmp_path)
+def test_a_run_with_a_gap_sends_the_scope_to_the_postings(invoke, bases_copy, tmp_path):
+    kb = bases_copy
     long = tmp_path / "long.txt"
     long.write_text("\n\n".join(f"Paragraph {i} on the travel policy. " * 30 for i in range(12)))
     assert invoke("upload", str(long), "--base", "finance", "--submit").code == 0
