@@ -1335,6 +1335,7 @@ class ChunkDetail(NamedTuple):
     chunk_index: int
     text: str
     page: int | None
+    page_end: int | None
     heading: str | None
     context: str | None
     content_type: str  # of the revision served
@@ -1348,7 +1349,7 @@ def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Chunk
         return {}
     sql = (
         "SELECT c.id, c.document_id, d.base, coalesce(r.filename, d.filename) AS filename,"
-        " c.revision, c.chunk_index, c.text, c.page, c.heading, c.context,"
+        " c.revision, c.chunk_index, c.text, c.page, c.page_end, c.heading, c.context,"
         f" coalesce(r.content_type, d.content_type) AS content_type {PUBLISHED_CHUNKS}"
         f" LEFT JOIN {REVISIONS} AS r ON r.document_id = c.document_id"
         " AND r.revision = c.revision"
@@ -1363,6 +1364,8 @@ class PassageChunk(NamedTuple):
 
     chunk_index: int
     text: str
+    page: int | None
+    page_end: int | None
     heading: str | None
     context: str | None
 
@@ -1371,7 +1374,7 @@ def chunk_range(
     conn: Connection, document_id: str, revision: int, first: int, last: int
 ) -> list[PassageChunk]:
     """Chunks `first`..`last` of a revision, in order (the neighbours of a hit)."""
-    sql = f"""SELECT chunk_index, text, heading, context FROM {CHUNKS}
+    sql = f"""SELECT chunk_index, text, page, page_end, heading, context FROM {CHUNKS}
         WHERE document_id = :document_id AND revision = :revision
           AND chunk_index BETWEEN :first AND :last
         ORDER BY chunk_index"""

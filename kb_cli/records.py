@@ -152,6 +152,7 @@ class NewChunk(NamedTuple):
     chunk_index: int
     text: str
     page: int | None
+    page_end: int | None  # the last page it covers, when not `page`
     heading: str | None
     context: str | None
     terms: str
@@ -352,6 +353,8 @@ class SearchHit:
     page: int | None
     heading: str | None
     snippet: str
+    # The last page the hit's text covers, when it spans pages (a chunk, or a passage).
+    page_end: int | None = None
     # --context: the first and last chunk the passage in `text` covers; else None.
     passage: tuple[int, int] | None = None
     content_type: str | None = None  # of the revision served, like filename
