@@ -107,17 +107,32 @@ def merge_passage(texts: list[str]) -> str:
     before (its first OVERLAP_CHARS at most) appears once."""
     passage = texts[0] if texts else ""
     for text in texts[1:]:
-        repeated = next(
-            (
-                size
-                for size in range(min(len(text), len(passage), 2 * OVERLAP_CHARS), 0, -1)
-                if passage.endswith(text[:size])
-            ),
-            0,
-        )
-        rest = text[repeated:].lstrip("\n")
+        rest = _after_overlap(passage, text)
         passage = f"{passage}\n{rest}" if rest else passage
     return passage
+
+
+def own_parts(texts: list[str], starts: list[bool]) -> list[str]:
+    """Each chunk's text without the overlap it repeats from the one before, where it
+    does not start a section (`starts`): the chunks read one after the other as the
+    text they were cut from."""
+    return [
+        text if start or index == 0 else _after_overlap(texts[index - 1], text)
+        for index, (text, start) in enumerate(zip(texts, starts, strict=True))
+    ]
+
+
+def _after_overlap(before: str, text: str) -> str:
+    """`text` without the start it repeats of the end of `before`."""
+    repeated = next(
+        (
+            size
+            for size in range(min(len(text), len(before), 2 * OVERLAP_CHARS), 0, -1)
+            if before.endswith(text[:size])
+        ),
+        0,
+    )
+    return text[repeated:].lstrip("\n")
 
 
 def pages_of(spans: Sequence[tuple[int | None, int | None]]) -> tuple[int | None, int | None]:

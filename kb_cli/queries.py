@@ -1382,6 +1382,14 @@ def chunk_range(
     return [PassageChunk._make(row) for row in conn.execute(sql, params)]
 
 
+def revision_chunks(conn: Connection, document_id: str, revision: int) -> list[PassageChunk]:
+    """Every chunk of a revision, in order (what `kb show` reads)."""
+    sql = f"""SELECT chunk_index, text, page, page_end, heading, context FROM {CHUNKS}
+        WHERE document_id = :document_id AND revision = :revision ORDER BY chunk_index"""
+    params = {"document_id": document_id, "revision": revision}
+    return [PassageChunk._make(row) for row in conn.execute(sql, params)]
+
+
 # --- embeddings of stored chunks (kb reindex --embeddings) ---------------------------
 
 

@@ -332,6 +332,23 @@ class WorkResult:
         }
 
 
+@dataclass
+class ChunkRecord:
+    """A chunk as `kb show --chunks` prints it: where it stands and its text."""
+
+    document_id: str
+    revision: int
+    chunk_index: int
+    page: int | None
+    page_end: int | None  # the last page it covers, when not `page`
+    heading: str | None
+    length: int  # characters of its text
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
 class AlsoIn(NamedTuple):
     """Another document holding a hit's text (whitespace aside)."""
 
