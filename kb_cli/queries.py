@@ -1333,9 +1333,9 @@ def search_scope_counts(conn: Connection, scope: Scope) -> ScopeCounts:
     documents_in, params = scope_filter(Scope(scope.reader, scope.base), engine=conn.engine)
     filtered, filter_params = scope_filter(scope, engine=conn.engine)
     row = conn.execute(
-        f"""SELECT count(*), count(d.published_revision),
+        f"""SELECT count(*) AS documents, count(d.published_revision) AS published,
             coalesce(sum(CASE WHEN d.published_revision IS NOT NULL AND {filtered or "1 = 1"}
-                         THEN 1 ELSE 0 END), 0)
+                         THEN 1 ELSE 0 END), 0) AS matching
         FROM {DOCUMENTS} AS d{where_all([documents_in, _NOT_DELETING])}""",
         {**params, **filter_params},
     ).one()
