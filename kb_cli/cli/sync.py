@@ -86,7 +86,7 @@ def sync(
     progress = console.SyncProgress()
     try:
         for record in run.records(summary, progress):
-            console.print_sync_record(record, json_out)
+            progress.print_record(record, json_out)
     finally:
         progress.close()
     console.print_sync_summary(summary, json_out)

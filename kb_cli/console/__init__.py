@@ -46,7 +46,6 @@ from kb_cli.console.sync import (
     SyncProgress,
     confirm_reparse,
     print_reparse,
-    print_sync_record,
     print_sync_summary,
 )
 from kb_cli.console.tasks import (
@@ -102,7 +101,6 @@ __all__ = [
     "print_reindex",
     "print_reparse",
     "print_search",
-    "print_sync_record",
     "print_sync_summary",
     "print_upgrade",
     "print_users",

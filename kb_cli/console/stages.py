@@ -35,8 +35,13 @@ class LiveStages:
             TextColumn("{task.fields[rate]}"),
             console=self.console,
         )
+        # stdout is the script's: a record printed meanwhile goes there, not into the bars.
         self.live = Live(
-            self.progress, console=self.console, refresh_per_second=10, transient=False
+            self.progress,
+            console=self.console,
+            refresh_per_second=10,
+            transient=False,
+            redirect_stdout=False,
         )
         self.bars: dict[str, TaskID] = {}
         self.started: dict[str, float] = {}

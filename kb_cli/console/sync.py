@@ -15,10 +15,13 @@ if TYPE_CHECKING:
 
 
 class SyncProgress:
-    """Counts on stderr while a sync runs, on a terminal only."""
+    """Counts on stderr while a sync runs, on a terminal only. The records go to stdout,
+    never through it: where stdout is a terminal too, the counts step aside for each
+    record's line and are drawn again below it."""
 
     def __init__(self) -> None:
         self._live = None
+        self._steps_aside = False
         if is_fancy(sys.stderr):
             from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -29,7 +32,9 @@ class SyncProgress:
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
                 transient=True,
+                redirect_stdout=False,  # a record drawn by the display is lost to a pipe
             )
+            self._steps_aside = sys.stdout.isatty()
             self._live.start()
             self._task = self._live.add_task("scanning", total=None)
 
@@ -40,6 +45,15 @@ class SyncProgress:
                 description=f"scanned {counters.scanned}  hashed {counters.hashed}  "
                 f"uploaded {counters.uploaded}",
             )
+
+    def print_record(self, record: SyncRecord, as_json: bool) -> None:
+        """A record on stdout, the counts erased first when they share its terminal."""
+        if not self._steps_aside or self._live is None:
+            print_sync_record(record, as_json)
+            return
+        self._live.stop()  # transient: the counts' line is erased
+        print_sync_record(record, as_json)
+        self._live.start()
 
     def close(self) -> None:
         if self._live is not None:

@@ -187,7 +187,12 @@ class LiveWorkerDisplay(PlainWorkerLog):
 
         if self.idle is None:
             self.idle_since = datetime.now()
-            self.idle = Live(console=self.console, transient=True, refresh_per_second=4)
+            self.idle = Live(
+                console=self.console,
+                transient=True,
+                refresh_per_second=4,
+                redirect_stdout=False,  # the records printed meanwhile are stdout's
+            )
             self.idle.start()
         self.idle.update(Text(self._idle_line(self.console.width), style="dim"))
 
