@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from tests.helpers import run_in_process, run_kb
+from tests.helpers import run_in_process, run_kb, start_kb, wait_until
 from tests.terminal import ANSI, run_in_terminal
 
 pytestmark = pytest.mark.display
@@ -98,3 +98,57 @@ def test_the_document_panel_has_one_status_row_and_a_task_status_row(tmp_path):
     labels = [line.strip("│ ").split(" ")[0] for line in lines_of(screen) if "│" in line]
     assert labels.count("status") == 1, labels
     assert any("task status" in line and "queued" in line for line in lines_of(screen))
+
+
+def test_status_shows_synced_paths_and_gives_the_name_the_room(tmp_path):
+    """Two bases, a task running and one failed, at 80 columns: a synced document is
+    shown by its path (policies/README.md and it/README.md differ), a long one cut in
+    the middle with its extension kept, and the task's cell gives up its count before
+    a name is cut to a stub."""
+    source = tmp_path / "share"
+    for folder, name in [
+        ("policies", "README.md"),
+        ("it", "README.md"),
+        ("policies", "vpn-setup-guide-for-remote-employees.md"),
+        ("it", "big-manual.md"),
+    ]:
+        (source / folder).mkdir(parents=True, exist_ok=True)
+        words = "words and more words. " * (3000 if name == "big-manual.md" else 3)
+        (source / folder / name).write_text(f"# {name}\n\n{words}\n", encoding="utf-8")
+    assert run_in_process("base", "create", "team").code == 0
+    synced = run_in_process("sync", str(source), "--base", "team", "--json").records[:-1]
+    ids = {record["path"]: record["document_id"] for record in synced}
+    broken = tmp_path / "damaged.pdf"
+    broken.write_bytes(b"%PDF-1.4 broken")
+    failed = run_in_process("upload", str(broken), "--submit", "--json").record
+    assert run_in_process("work", failed["task_id"]).code == 0
+    big = ids["it/big-manual.md"]
+    worker = start_kb("work", "--drain", "--stage-delay", "0.5")
+    try:
+        wait_until(
+            lambda: (
+                run_in_process("status", big, "--json").record["latest_task"]["status"] == "running"
+            ),
+            timeout=60,
+        )
+        code, screen = run_in_terminal("status", COLUMNS=str(COLUMNS))
+    finally:
+        worker.kill()
+        worker.communicate(timeout=60)
+    assert code == 0
+    lines = lines_of(screen)
+    assert all(cell_len(line) <= COLUMNS for line in lines), lines
+    rows = {path: next(line for line in lines if i[:8] in line) for path, i in ids.items()}
+    assert rows["policies/README.md"].split()[1] == "policies/README.md"
+    assert rows["it/README.md"].split()[1] == "it/README.md"
+    assert "running" in rows["it/big-manual.md"]
+    vpn = rows["policies/vpn-setup-guide-for-remote-employees.md"].split()[1]
+    assert vpn.startswith("policies/vpn") and "…" in vpn and vpn.endswith("es.md"), vpn
+    assert cell_len(vpn) >= 20  # not a stub beside a task's count
+    [failed_row] = [line for line in lines if failed["document_id"][:8] in line]
+    assert "parse_error" in failed_row and "default" in failed_row
+    code, screen = run_in_terminal("status", "--limit", "2", COLUMNS=str(COLUMNS))
+    limited = lines_of(screen)
+    assert code == 0 and "the newest 2 of 5 documents (--limit)" in screen
+    assert [line for line in limited if failed["document_id"][:8] in line]
+    assert all(cell_len(line) <= COLUMNS for line in limited), limited
