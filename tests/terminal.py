@@ -35,11 +35,13 @@ def run_in_terminal(
     timeout: float = 60,
     interrupt_on: str | None = None,
     answer: tuple[str, str] | None = None,
+    on_prompt: Callable[[], object] | None = None,
     **env: str,
 ) -> tuple[int, str]:
     """Run `kb` with stdin, stdout and stderr on a pseudo-terminal; return the screen text.
     A command that runs until stopped gets Ctrl-C a second after `interrupt_on` was drawn;
-    `answer` (prompt, reply) types the reply once the prompt was drawn."""
+    `answer` (prompt, reply) types the reply once the prompt was drawn, after calling
+    `on_prompt` (to look at what the command has done before it is answered)."""
     leader, follower = pty.openpty()
     env = {**terminal_env(), **env}
     size = struct.pack("HHHH", int(env["LINES"]), int(env["COLUMNS"]), 0, 0)
@@ -61,6 +63,8 @@ def run_in_terminal(
         """Read what was drawn for up to 0.1 s; true once the terminal closed or the
         process ended with nothing more to read."""
         if pending and pending[0][0].encode() in b"".join(chunks):
+            if on_prompt is not None:
+                on_prompt()
             os.write(leader, pending.pop()[1].encode())
         if interrupt["on"] and interrupt["on"].encode() in b"".join(chunks):
             interrupt["on"], interrupt["at"] = None, time.monotonic() + 1.0

@@ -43,10 +43,10 @@ from kb_cli.console.history import audit_line
 from kb_cli.console.renderers import print_records
 from kb_cli.console.stages import STAGES, LiveStages
 from kb_cli.console.sync import (
-    SyncProgress,
+    SyncDisplay,
+    confirm_missing,
     confirm_reparse,
     print_reparse,
-    print_sync_summary,
 )
 from kb_cli.console.tasks import (
     WIDE,
@@ -75,11 +75,12 @@ __all__ = [
     "PlainWorkerLog",
     "Progress",
     "RelayLog",
-    "SyncProgress",
+    "SyncDisplay",
     "WaitHint",
     "audit_line",
     "cell_len_of",
     "confirm_deletion",
+    "confirm_missing",
     "confirm_reparse",
     "document_line",
     "emit",
@@ -101,7 +102,6 @@ __all__ = [
     "print_reindex",
     "print_reparse",
     "print_search",
-    "print_sync_summary",
     "print_upgrade",
     "print_users",
     "print_vector_index",

@@ -56,6 +56,9 @@ UNLISTED = "its folder could not be read; left as it is"
 DELETED_MEANWHILE = "deleted by another command meanwhile"
 # A delete that a killed command began (`deleting`) is finished by the next sync.
 DELETE_FINISHED = "deleted: an earlier delete of it was interrupted, and is finished now"
+# The reason of a missing document left as it was because the question before
+# unpublishing or deleting was answered no (on a terminal; `--yes` skips it).
+NOT_CONFIRMED = "kept (not confirmed)"
 # A changed file becomes a new revision only of a document that is not being worked on.
 _REPLACEABLE = frozenset(str(status) for status in REPLACEABLE)
 
@@ -69,6 +72,16 @@ class SyncRecord:
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
+
+
+@dataclass
+class Gone:
+    """A document whose file is gone from the source, as the question before it is
+    unpublished or deleted lists it: `filename` is its path under the source."""
+
+    document_id: str
+    filename: str
+    status: str
 
 
 @dataclass
@@ -175,6 +188,11 @@ class SyncRun:
         # Folders that could not be listed ("a/b/"; "/" for SOURCE itself): what is
         # under them is not missing.
         self.unlisted: list[str] = []
+        # Asked once, after the walk and before any missing document is unpublished or
+        # deleted: (how, the documents) -> go ahead? None: not asked. `declined` says
+        # it was answered no (those documents are then kept).
+        self.confirm: Callable[[str, list[Gone]], bool] | None = None
+        self.declined = False
 
     def records(
         self, summary: SyncSummary, progress: Callable[[Counters], None] | None = None
@@ -383,14 +401,34 @@ class SyncRun:
             for path, known in sorted(self.known.items())
             if known.source is not None and _taken(path, self.options)
         ]
+        rows = {
+            path: _document(self.kb, known)
+            for path, known in gone
+            if not any(folder == "/" or path.startswith(folder) for folder in self.unlisted)
+        }
+        acted_on = [
+            Gone(row.id, path, row.status)
+            for path, row in rows.items()
+            if row is not None and row.status != DocStatus.DELETING and self._acts_on(row)
+        ]
+        if acted_on and not self.options.dry_run and self.confirm is not None:
+            self.declined = not self.confirm(self.options.missing, acted_on)
         for path, known in gone:
-            if any(folder == "/" or path.startswith(folder) for folder in self.unlisted):
+            if path not in rows:
                 yield SyncRecord(path, SKIPPED, known.id, UNLISTED)
-            elif (row := _document(self.kb, known)) is None or row.status == DocStatus.DELETING:
+            elif (row := rows[path]) is None or row.status == DocStatus.DELETING:
                 yield SyncRecord(path, MISSING, known.id, DELETED_MEANWHILE)
+            elif self.declined and self._acts_on(row):
+                yield SyncRecord(path, MISSING, row.id, NOT_CONFIRMED)
             else:
                 yield self._handle_missing(path, row)
             self._report()
+
+    def _acts_on(self, row: DocumentRow) -> bool:
+        """Whether --missing unpublishes or deletes this document (a kept one, or one
+        not published under `unpublish`, is left as it is)."""
+        how = self.options.missing
+        return how == "delete" or (how == "unpublish" and row.published_revision is not None)
 
     def _handle_missing(self, path: str, row: DocumentRow) -> SyncRecord:
         how, dry = self.options.missing, self.options.dry_run
