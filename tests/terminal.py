@@ -15,6 +15,7 @@ import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +184,48 @@ def run_with_streams(
 def _pending(fds: dict[str, int]) -> bool:
     ready, _, _ = select.select(list(fds.values()), [], [], 0)
     return bool(ready)
+
+
+def run_bash_at_a_terminal(
+    script: str, stdout: Path, cwd: Path, env: dict[str, str], timeout: float = 180
+) -> tuple[int, str]:
+    """`script` run by bash as pasted at a terminal whose output is redirected: stdin
+    and stderr the terminal, stdout the file `stdout`; the exit code and the screen."""
+    leader, follower = pty.openpty()
+    env = {**terminal_env(), **env}
+    size = struct.pack("HHHH", int(env["LINES"]), int(env["COLUMNS"]), 0, 0)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, size)
+    with open(stdout, "wb") as out:
+        process = subprocess.Popen(
+            ["bash", "-c", script],
+            stdin=follower,
+            stdout=out,
+            stderr=follower,
+            cwd=cwd,
+            env=env,
+            close_fds=True,
+        )
+    os.close(follower)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.1)
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the last writer closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        else:
+            pytest.fail(f"still running after {timeout} s: {b''.join(chunks)[-2000:]!r}")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(leader)
+    return process.wait(timeout=10), b"".join(chunks).decode("utf-8", "replace")
