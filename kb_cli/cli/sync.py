@@ -87,7 +87,7 @@ def sync(
         console.note(message)
     summary = service.SyncSummary(source, name, dry_run)
     display = console.SyncDisplay(json_out, dry_run)
-    if not yes:
+    if not yes and console.can_ask():  # piped, in cron or CI: never asked
         run.confirm = lambda how, gone: display.ask(lambda: console.confirm_missing(how, gone))
     try:
         for record in run.records(summary, display):

@@ -25,6 +25,7 @@ from kb_cli.console.answers import print_eval, print_search, search_line
 from kb_cli.console.core import (
     PLAIN_PROGRESS_INTERVAL,
     OutputClosed,
+    can_ask,
     cell_len_of,
     emit,
     is_fancy,
@@ -78,6 +79,7 @@ __all__ = [
     "SyncDisplay",
     "WaitHint",
     "audit_line",
+    "can_ask",
     "cell_len_of",
     "confirm_deletion",
     "confirm_missing",

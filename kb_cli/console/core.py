@@ -316,11 +316,16 @@ class Planned(Protocol):
     status: str
 
 
+def can_ask() -> bool:
+    """Whether a question can be asked: stdin and stderr a terminal (a person there)."""
+    return sys.stdin.isatty() and is_fancy(sys.stderr)
+
+
 def confirm_many(planned: Sequence[Planned], question: str, declined: str) -> bool:
-    """On a terminal, list the documents `planned` (the first ten, by short id) and ask `question`
-    ("delete 3 documents ...?"); elsewhere (a script, a pipe) do not ask. Saying no logs
+    """On a terminal, list the documents `planned` (the first ten, by short id) and ask
+    `question` ("delete 3 documents ...?"); elsewhere (a script, a pipe) do not ask. Saying no logs
     `declined`. Ctrl-C or Ctrl-D ends the prompt's line, so the shell's starts on its own."""
-    if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
+    if not can_ask():
         return True
     from rich.console import Console
 

@@ -181,7 +181,7 @@ def print_reparse(items: list[Reparse], as_json: bool, dry_run: bool) -> None:
         if as_json:
             write_json(item)
             continue
-        shown = (lambda i: i or "-") if person is None else short
+        shown = _whole if person is None else short
         if item.queued:
             verb, tail = "queued", f" revision={item.revision} task={shown(item.task_id)}"
         elif item.reason is None:
@@ -201,3 +201,7 @@ def print_reparse(items: list[Reparse], as_json: bool, dry_run: bool) -> None:
         person.print(Text(f"{head} {name}{tail}"))
     if not items:
         log("kb: nothing to reparse")
+
+
+def _whole(identifier: str | None) -> str:
+    return identifier or "-"

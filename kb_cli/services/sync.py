@@ -189,9 +189,11 @@ class SyncRun:
         # under them is not missing.
         self.unlisted: list[str] = []
         # Asked once, after the walk and before any missing document is unpublished or
-        # deleted: (how, the documents) -> go ahead? None: not asked. `declined` says
-        # it was answered no (those documents are then kept).
+        # deleted: (how, the documents) -> go ahead? None: never asked. `asked` holds
+        # the ids it was asked about, `declined` that it was answered no (those
+        # documents are then kept).
         self.confirm: Callable[[str, list[Gone]], bool] | None = None
+        self.asked: set[str] | None = None
         self.declined = False
 
     def records(
@@ -401,28 +403,40 @@ class SyncRun:
             for path, known in sorted(self.known.items())
             if known.source is not None and _taken(path, self.options)
         ]
-        rows = {
-            path: _document(self.kb, known)
-            for path, known in gone
-            if not any(folder == "/" or path.startswith(folder) for folder in self.unlisted)
-        }
-        acted_on = [
-            Gone(row.id, path, row.status)
-            for path, row in rows.items()
-            if row is not None and row.status != DocStatus.DELETING and self._acts_on(row)
-        ]
-        if acted_on and not self.options.dry_run and self.confirm is not None:
-            self.declined = not self.confirm(self.options.missing, acted_on)
+        if self.confirm is not None and not self.options.dry_run:
+            self._ask([(path, known) for path, known in gone if not self._unlisted(path)])
         for path, known in gone:
-            if path not in rows:
+            if self._unlisted(path):
                 yield SyncRecord(path, SKIPPED, known.id, UNLISTED)
-            elif (row := rows[path]) is None or row.status == DocStatus.DELETING:
+            elif (row := _document(self.kb, known)) is None or row.status == DocStatus.DELETING:
                 yield SyncRecord(path, MISSING, known.id, DELETED_MEANWHILE)
-            elif self.declined and self._acts_on(row):
+            elif self.asked is not None and self._acts_on(row) and not self._confirmed(row):
                 yield SyncRecord(path, MISSING, row.id, NOT_CONFIRMED)
             else:
                 yield self._handle_missing(path, row)
             self._report()
+
+    def _unlisted(self, path: str) -> bool:
+        return any(folder == "/" or path.startswith(folder) for folder in self.unlisted)
+
+    def _ask(self, gone: list[tuple[str, SyncedDocument]]) -> None:
+        """The documents --missing would unpublish or delete, read one at a time, and
+        the question asked once about them all, before any is touched."""
+        acted_on = [
+            Gone(row.id, path, row.status)
+            for path, known in gone
+            if (row := _document(self.kb, known)) is not None
+            and row.status != DocStatus.DELETING
+            and self._acts_on(row)
+        ]
+        if acted_on and self.confirm is not None:
+            self.asked = {item.document_id for item in acted_on}
+            self.declined = not self.confirm(self.options.missing, acted_on)
+
+    def _confirmed(self, row: DocumentRow) -> bool:
+        """Answered yes about this very document (one that became published after the
+        question was not asked about)."""
+        return not self.declined and self.asked is not None and row.id in self.asked
 
     def _acts_on(self, row: DocumentRow) -> bool:
         """Whether --missing unpublishes or deletes this document (a kept one, or one
