@@ -25,6 +25,7 @@ from kb_cli.console.answers import print_eval, print_search, search_line
 from kb_cli.console.core import (
     PLAIN_PROGRESS_INTERVAL,
     OutputClosed,
+    can_ask,
     cell_len_of,
     emit,
     is_fancy,
@@ -43,11 +44,10 @@ from kb_cli.console.history import audit_line
 from kb_cli.console.renderers import print_records
 from kb_cli.console.stages import STAGES, LiveStages
 from kb_cli.console.sync import (
-    SyncProgress,
+    SyncDisplay,
+    confirm_missing,
     confirm_reparse,
     print_reparse,
-    print_sync_record,
-    print_sync_summary,
 )
 from kb_cli.console.tasks import (
     WIDE,
@@ -76,11 +76,13 @@ __all__ = [
     "PlainWorkerLog",
     "Progress",
     "RelayLog",
-    "SyncProgress",
+    "SyncDisplay",
     "WaitHint",
     "audit_line",
+    "can_ask",
     "cell_len_of",
     "confirm_deletion",
+    "confirm_missing",
     "confirm_reparse",
     "document_line",
     "emit",
@@ -102,8 +104,6 @@ __all__ = [
     "print_reindex",
     "print_reparse",
     "print_search",
-    "print_sync_record",
-    "print_sync_summary",
     "print_upgrade",
     "print_users",
     "print_vector_index",
