@@ -199,11 +199,13 @@ def _login() -> str:
 _NOUNS = {"documents": "document", "tasks": "task", "deleted": ""}
 
 
-def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[str, str]:
+def resolve_id(
+    conn: Connection, scope: Scope, ref: str, *kinds: str, verb: str | None = None
+) -> tuple[str, str]:
     """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks",
     "deleted": what remains of deleted documents) in
     `scope`: a row the caller may not read is not found, and never makes a prefix
-    ambiguous."""
+    ambiguous. `verb`: the command that named it, for the hint of a refusal."""
     noun = " or ".join(_NOUNS[kind] for kind in kinds if _NOUNS[kind])
     if len(ref) > MAX_ID_CHARS:  # no id is that long: refused before any SQL
         raise IdTooLong(f"no {noun} with an id of {len(ref)} characters (ids have 36)")
@@ -216,20 +218,28 @@ def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[s
     if len(matches) > 1:
         raise InvalidInputError(f"id prefix {ref!r} is ambiguous; give more characters")
     if not matches:
-        hint = _what_it_names(conn, scope, ref, kinds)
+        hint = _what_it_names(conn, scope, ref, kinds, verb)
         if not hint and len(ref) < MIN_PREFIX:
             hint = f": a prefix needs at least {MIN_PREFIX} characters"
         raise NotFoundError(f"no {noun} with id {ref!r}{hint}")
     return matches[0]
 
 
-def _what_it_names(conn: Connection, scope: Scope, ref: str, kinds: tuple[str, ...]) -> str:
+# Commands whose one argument is a document id: a task id given to one is answered
+# with the same command for the task's document.
+_ONE_DOCUMENT_VERBS = frozenset({"submit", "publish", "unpublish", "delete", "reparse"})
+
+
+def _what_it_names(
+    conn: Connection, scope: Scope, ref: str, kinds: tuple[str, ...], verb: str | None
+) -> str:
     """A hint when `ref`, which is no id of `kinds`, names something the caller may read:
     a task where a document is wanted (or the reverse), or a document's file name."""
     if "tasks" not in kinds and (task := _only(queries.find_ids(conn, "tasks", ref, scope))):
         document_id = queries.existing_task(conn, task).document_id
         if queries.find_ids(conn, "documents", document_id, scope):
-            return f"; did you mean the document of task {task} (kb status {document_id})?"
+            again = f" (kb {verb} {document_id})" if verb in _ONE_DOCUMENT_VERBS else ""
+            return f"; {task} is a task: did you mean its document {document_id}{again}?"
     if "documents" not in kinds and (
         document := _only(queries.find_ids(conn, "documents", ref, scope))
     ):

@@ -103,6 +103,12 @@ def parse_where(conditions: Sequence[str]) -> tuple[MetaFilter, ...]:
     return tuple(filters)
 
 
+def describe_filter(condition: MetaFilter) -> str:
+    """A `--where` as it was written."""
+    operator = PREFIX_OPERATOR if condition.prefix else "="
+    return f"{condition.key}{operator}{condition.value}"
+
+
 def describe(meta: Mapping[str, str]) -> str:
     """Metadata as the audit trail shows it: key=value pairs, sorted."""
     return ", ".join(f"{key}={value}" for key, value in sorted(meta.items()))

@@ -1317,6 +1317,31 @@ PUBLISHED_CHUNKS = f"""FROM {CHUNKS} AS c
     JOIN {DOCUMENTS} AS d ON d.id = c.document_id AND c.revision = d.published_revision"""
 
 
+class ScopeCounts(NamedTuple):
+    """What a caller's search could look at: readable bases (of those named), their
+    documents, the published ones, and the published ones its metadata filters keep."""
+
+    bases: int
+    documents: int
+    published: int
+    matching: int
+
+
+def search_scope_counts(conn: Connection, scope: Scope) -> ScopeCounts:
+    bases_in, base_params = scope_filter(Scope(scope.reader, scope.base), "b.name")
+    bases = conn.execute(f"SELECT count(*) FROM {BASES} AS b{where_all([bases_in])}", base_params)
+    documents_in, params = scope_filter(Scope(scope.reader, scope.base), engine=conn.engine)
+    filtered, filter_params = scope_filter(scope, engine=conn.engine)
+    row = conn.execute(
+        f"""SELECT count(*) AS documents, count(d.published_revision) AS published,
+            coalesce(sum(CASE WHEN d.published_revision IS NOT NULL AND {filtered or "1 = 1"}
+                         THEN 1 ELSE 0 END), 0) AS matching
+        FROM {DOCUMENTS} AS d{where_all([documents_in, _NOT_DELETING])}""",
+        {**params, **filter_params},
+    ).one()
+    return ScopeCounts(int(bases.one()[0]), int(row[0]), int(row[1]), int(row[2]))
+
+
 def has_published_vectors(conn: Connection, model: str, scope: Scope) -> bool:
     scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = ["c.embedding_model = :model", scoped]

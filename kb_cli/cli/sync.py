@@ -61,13 +61,16 @@ def sync(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print what would happen; change nothing.")
     ] = False,
+    yes: YesFlag = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Make a base match a folder or a bucket prefix: new files are uploaded and
     submitted, changed ones become new revisions, unchanged ones cost nothing.
 
     One record per path (added, changed, unchanged, missing, skipped, failed), then a
-    summary. Exit 6 when some path failed (the others are synced).
+    summary. Exit 6 when some path failed (the others are synced). Before --missing
+    unpublish or delete touches a document, kb asks once on a terminal (--yes skips);
+    answered no, those documents are kept and the exit code is 1.
 
     Examples: kb sync ./handbook --base hr; kb sync s3://docs/policies --missing delete --dry-run
     """
@@ -83,18 +86,22 @@ def sync(
     for message in run.notes:
         console.note(message)
     summary = service.SyncSummary(source, name, dry_run)
-    progress = console.SyncProgress()
+    display = console.SyncDisplay(json_out, dry_run)
+    if not yes and console.can_ask():  # piped, in cron or CI: never asked
+        run.confirm = lambda how, gone: display.ask(lambda: console.confirm_missing(how, gone))
     try:
-        for record in run.records(summary, progress):
-            console.print_sync_record(record, json_out)
+        for record in run.records(summary, display):
+            display.record(record)
     finally:
-        progress.close()
-    console.print_sync_summary(summary, json_out)
+        display.close()
+    display.summary(summary)
     failed = summary.counts[service.FAILED]
     if failed:
         raise SyncIncomplete(
             f"{failed} of the paths failed (see their records); the rest is synced"
         )
+    if run.declined:
+        raise typer.Exit(1)
 
 
 REPARSE = Rule("reparse", EDITORS, Target.DOCUMENT)
@@ -143,4 +150,4 @@ def reparse(
     if not dry_run and bulk and planned and not yes and not console.confirm_reparse(planned):
         raise typer.Exit(1)
     done = planned if dry_run else service.reparse(kb, planned)
-    console.print_reparse(done, json_out)
+    console.print_reparse(done, json_out, dry_run)

@@ -371,7 +371,9 @@ def work(
             worked = worked or result.task is not None
             if json_out:
                 console.write_json(result)
-            elif result.task is not None and not fancy:  # the live display showed it
+            elif result.task is not None and not (fancy and console.is_fancy(sys.stdout)):
+                # Where stdout is the terminal the live display showed how it ended;
+                # anywhere else the record is the script's.
                 console.emit(console.task_line(result.task))
     finally:
         listener.close()

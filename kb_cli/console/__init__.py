@@ -25,6 +25,7 @@ from kb_cli.console.answers import print_eval, print_search, search_line
 from kb_cli.console.core import (
     PLAIN_PROGRESS_INTERVAL,
     OutputClosed,
+    can_ask,
     cell_len_of,
     emit,
     is_fancy,
@@ -44,11 +45,10 @@ from kb_cli.console.reading import print_chunks, print_diff, print_exports, prin
 from kb_cli.console.renderers import print_records
 from kb_cli.console.stages import STAGES, LiveStages
 from kb_cli.console.sync import (
-    SyncProgress,
+    SyncDisplay,
+    confirm_missing,
     confirm_reparse,
     print_reparse,
-    print_sync_record,
-    print_sync_summary,
 )
 from kb_cli.console.tasks import (
     WIDE,
@@ -77,11 +77,13 @@ __all__ = [
     "PlainWorkerLog",
     "Progress",
     "RelayLog",
-    "SyncProgress",
+    "SyncDisplay",
     "WaitHint",
     "audit_line",
+    "can_ask",
     "cell_len_of",
     "confirm_deletion",
+    "confirm_missing",
     "confirm_reparse",
     "document_line",
     "emit",
@@ -107,8 +109,6 @@ __all__ = [
     "print_reparse",
     "print_revision",
     "print_search",
-    "print_sync_record",
-    "print_sync_summary",
     "print_upgrade",
     "print_users",
     "print_vector_index",

@@ -40,7 +40,7 @@ class Progress:
             from rich.console import Console
             from rich.progress import Progress as RichProgress
 
-            self._bar = RichProgress(console=Console(stderr=True))
+            self._bar = RichProgress(console=Console(stderr=True), redirect_stdout=False)
             self._bar.start()
             self._task = self._bar.add_task(label, total=None)
 

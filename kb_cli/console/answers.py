@@ -65,11 +65,8 @@ def print_search(result: SearchResult, as_json: bool) -> None:
     else:
         for hit in result.hits:
             emit(search_line(hit))
-    if not result.hits and not as_json and is_fancy(sys.stderr):
-        log_wrapped(
-            "no hits: search serves published revisions only; "
-            "`kb status --status review_pending` lists what waits for `kb publish`"
-        )
+    if result.nothing_because and not as_json and is_fancy(sys.stderr):
+        log_wrapped(result.nothing_because)
 
 
 def print_eval(results: list[QuestionResult], summary: EvalSummary) -> None:

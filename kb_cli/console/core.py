@@ -316,14 +316,25 @@ class Planned(Protocol):
     status: str
 
 
+def can_ask() -> bool:
+    """Whether a question can be asked: stdin and stderr a terminal (a person there)."""
+    return sys.stdin.isatty() and is_fancy(sys.stderr)
+
+
 def confirm_many(planned: Sequence[Planned], question: str, declined: str) -> bool:
-    """On a terminal, list the documents `planned` (the first ten) and ask `question`
-    ("delete 3 documents ...?"); elsewhere (a script, a pipe) do not ask. Saying no logs
+    """On a terminal, list the documents `planned` (the first ten, by short id) and ask
+    `question` ("delete 3 documents ...?"); elsewhere (a script, a pipe) do not ask. Saying no logs
     `declined`. Ctrl-C or Ctrl-D ends the prompt's line, so the shell's starts on its own."""
-    if not (sys.stdin.isatty() and is_fancy(sys.stderr)):
+    if not can_ask():
         return True
-    for item in planned[:10]:
-        log(f"  {item.document_id}  {visible(item.filename)}  ({item.status})")
+    from rich.console import Console
+
+    width = Console(stderr=True).width
+    for item in planned[:10]:  # a line each, short ids, on a terminal's width
+        status = f"({item.status})"
+        room = max(width - 2 - 8 - 2 - 2 - len(status), 12)
+        name = cut_name(visible(item.filename), room)
+        log(f"  {short(item.document_id)}  {name}  {status}")
     if len(planned) > 10:
         log(f"  ... and {len(planned) - 10} more")
     sys.stderr.write(f"{question} [y/N] ")

@@ -51,10 +51,9 @@ def _indented(label: str, text: str):
 
 def print_demo_summary(outcomes: list[DocumentOutcome]) -> None:
     if not is_fancy(sys.stdout):
-        emit("summary:")
-        for o in outcomes:
+        for o in outcomes:  # one line per file, each a step line as those before it
             emit(
-                f"  {o.filename}: document={o.status} task={o.task_status} "
+                f"summary: {o.filename}: document={o.status} task={o.task_status} "
                 f"attempt={o.attempt} error={o.error_code or '-'} "
                 f"claimed_by={','.join(o.won_by) or '-'} outcome={'; '.join(o.notes)}"
             )

@@ -35,11 +35,17 @@ class LiveStages:
             TextColumn("{task.fields[rate]}"),
             console=self.console,
         )
+        # stdout is the script's: a record printed meanwhile goes there, not into the bars.
         self.live = Live(
-            self.progress, console=self.console, refresh_per_second=10, transient=False
+            self.progress,
+            console=self.console,
+            refresh_per_second=10,
+            transient=False,
+            redirect_stdout=False,
         )
         self.bars: dict[str, TaskID] = {}
         self.started: dict[str, float] = {}
+        self.notes: dict[str, str] = {}  # shown in a stage's row instead of its rate
 
     def start(self, header: str) -> None:
         self.console.print(header)
@@ -53,6 +59,7 @@ class LiveStages:
             self.progress.remove_task(bar)
         self.bars.clear()
         self.started.clear()
+        self.notes.clear()
 
     def update(self, stage: str, done: int, total: int, failed: bool = False) -> None:
         """Show `stage` at done/total; every earlier stage is complete by then."""
@@ -73,6 +80,7 @@ class LiveStages:
         # item done in a millisecond is not "1,000/s".
         meaningful = done >= _RATE_MIN_ITEMS and elapsed >= _RATE_MIN_SECONDS
         rate = f"{done / elapsed:,.0f}/s" if meaningful and stage != Stage.DOWNLOAD else ""
+        rate = self.notes.get(stage, rate)
         finished = total > 0 and done >= total
         mark = _FAILED if failed else _DONE if finished else "[yellow]…[/yellow]"
         self.progress.update(
@@ -83,6 +91,13 @@ class LiveStages:
             rate=rate,
             mark=mark,
         )
+
+    def note(self, stage: str, text: str) -> None:
+        """A few words in `stage`'s own row, where its rate would be (what read its
+        pages, say), so that they stay beside it, never above the bars."""
+        self._ensure(stage)
+        self.notes[stage] = text
+        self.progress.update(self.bars[stage], rate=text)
 
     def _position(self, stage: str) -> int:
         return [task.id for task in self.progress.tasks].index(self.bars[stage])

@@ -7,6 +7,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from kb_cli import metadata
 from kb_cli.console.core import (
     cell,
     cell_len_of,
@@ -173,34 +174,48 @@ def _table(title: str):
     from rich import box
     from rich.table import Table
 
+    # Two spaces between columns, not three: at 80 columns the file's name needs them.
     return Table(
-        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, expand=False
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        expand=False,
+        collapse_padding=True,
     )
 
 
-# Columns whose width never depends on how far a task has got, so that the table keeps
-# its shape while work runs: the widest value each can hold.
-_DOCUMENT_STATUS_CELLS = max(len(status) for status in DocStatus)
+# Columns whose width never depends on how far a task has got, so that the wide table
+# keeps its shape while work runs: the widest value each can hold.
 _TASK_STATUS_CELLS = max(len(status) for status in TaskStatus)
 _STAGE_CELLS = max(len(stage) for stage in Stage)
 _PROGRESS_CELLS = len("1023.9 KB/1023.9 KB")
 _AGE_CELLS = 4  # "59m", "23h", "365d"
-# Below WIDE, the task's status, stage and progress share one cell: room for a running
-# stage with its count ("running embedding 12/40"); a longer count is left out.
+# Below WIDE, the task's status, stage and progress share one cell: a running stage
+# with its count ("running embedding 12/40") when the file's name leaves room for it;
+# a longer count is left out.
 _TASK_SUMMARY_CELLS = 22
 _MIN_FILE_CELLS = 8
 _FILE_CELLS_BEFORE_WIDE = 24  # the task's fields get columns only when the file keeps this
 _ID_CELLS = 8  # a short id
 
 
+def shown_name(document: DocumentRecord) -> str:
+    """What the file column shows: a synced document's path under its source (two
+    README.md of two folders differ), any other document's file name."""
+    return visible(document.meta.get(metadata.PATH) or document.filename)
+
+
 def document_table(records: list[DocumentRecord], width: int, of: int | None = None):
-    """Short id, file, the base (when more than one is shown), document status and the
-    latest task: below WIDE columns the task's status, stage, progress and error share
-    one column. Columns are as wide as what they show; the file takes the room left,
-    and a name that does not fit is cut (`…`) so that different names stay different,
-    never wrapped."""
+    """Short id, file (a synced document's path), the base (when more than one is
+    shown), document status and the latest task: below WIDE columns the task's status,
+    stage, progress and error share one column. Columns are as wide as what they show,
+    the file's name first: the task's cell gives up its count, then its stage, before
+    a name is cut; a name that does not fit is cut in the middle (`…`, the extension
+    kept) so that different names stay different, never wrapped."""
     now = datetime.now(UTC)
-    longest = max((cell_len_of(visible(r.filename)) for r in records), default=0)
+    shown = [shown_name(record) for record in records]
+    longest = max((cell_len_of(name) for name in shown), default=0)
     wide = width >= WIDE
     columns = _document_columns(records, wide)
     room = _file_room(width, columns)
@@ -209,7 +224,12 @@ def document_table(records: list[DocumentRecord], width: int, of: int | None = N
         columns = _document_columns(records, wide)
         room = _file_room(width, columns)
     file_cells = max(min(longest, room), _MIN_FILE_CELLS, len("file"))
-    names = cut_names([visible(record.filename) for record in records], file_cells)
+    if not wide:  # the task's cell widens into what the file's name leaves
+        summaries = [_summary_cells(r.latest_task, r.status) for r in records]
+        least = columns[-2][1]
+        cells = max(least, min(max(summaries, default=0), least + room - file_cells))
+        columns[-2] = ("task", cells)
+    names = cut_names(shown, file_cells)
     title = f"{counted(len(records), 'document')}, newest first"
     if of is not None and of > len(records):
         title = f"the newest {len(records)} of {counted(of, 'document')} (--limit)"
@@ -220,29 +240,33 @@ def document_table(records: list[DocumentRecord], width: int, of: int | None = N
         justify = "right" if name == "age" else "left"
         table.add_column(name, no_wrap=True, width=cells, justify=justify, overflow="ellipsis")
     with_base = columns[0][0] == "base"
-    for document in records:
+    for document, name in zip(records, shown, strict=True):
         task = document.latest_task
-        summary_cells = columns[2 if with_base else 1][1]
         table.add_row(
             short(document.document_id),
-            cell(names[visible(document.filename)]),
+            cell(names[name]),
             *([cell(document.base)] if with_base else []),
             styled(document.status),
-            *(_task_cells(task) if wide else [_task_summary(task, summary_cells)]),
+            *(
+                _task_cells(task)
+                if wide
+                else [_task_summary(task, document.status, columns[-2][1])]
+            ),
             _age(document.created_at, now),
         )
     return table
 
 
 def _file_room(width: int, columns: list[tuple[str, int]]) -> int:
-    """The cells left for the file column beside the id and `columns`; each column
-    but the last is followed by a rule with a space either side, and the edges."""
-    gaps = 3 * (len(columns) + 1) + 2
+    """The cells left for the file column beside the id and `columns`: two between
+    columns, and the edges."""
+    gaps = 2 * (len(columns) + 1) + 2
     return width - _ID_CELLS - sum(cells for _, cells in columns) - gaps
 
 
 def _document_columns(records: list[DocumentRecord], wide: bool) -> list[tuple[str, int]]:
-    """The columns after id and file, with their fixed widths."""
+    """The columns after id and file, with their widths: below WIDE, the task's column
+    as narrow as its cells can be (`_least_summary_cells`), widened by the caller."""
     codes = [r.latest_task.error_code for r in records if r.latest_task is not None]
     longest_code = max((len(code) for code in codes if code), default=0)
     statuses = max((len(r.status) for r in records), default=0)
@@ -259,11 +283,8 @@ def _document_columns(records: list[DocumentRecord], wide: bool) -> list[tuple[s
             ("error", max(longest_code, len("error"))),
         ]
     else:
-        # A failed or waiting task shows its error code whole: it is what to search for.
-        # Otherwise the column is as wide as what it shows now (a table is printed
-        # once; only a running task's count, up to _TASK_SUMMARY_CELLS, makes it wider).
-        summaries = [_summary_cells(r.latest_task) for r in records]
-        columns.append(("task", max([len("task"), *summaries])))
+        least = [_least_summary_cells(r.latest_task, r.status) for r in records]
+        columns.append(("task", max([len("task"), *least])))
     return [*columns, ("age", _AGE_CELLS)]
 
 
@@ -279,32 +300,49 @@ def _task_cells(task: TaskRecord | None) -> list[str]:
     ]
 
 
-def _summary_cells(task: TaskRecord | None) -> int:
-    """The cells `_task_summary` needs for this task, now and while it runs."""
+def _summary_words(task: TaskRecord, document_status: str) -> list[str]:
+    """The latest task in words, most telling first: a failed task's error code (the
+    document's column says failed), a waiting task's status and code, a running task's
+    status, stage and count; what does not fit is left out from the end."""
+    if task.error_code:
+        if task.status == TaskStatus.FAILED and document_status == DocStatus.FAILED:
+            return [task.error_code]
+        return [task.status, task.error_code]
+    if task.status == TaskStatus.RUNNING:
+        return [task.status, task.stage, stage_count(task.stage, task.completed, task.total)]
+    return [task.status]
+
+
+def _least_summary_cells(task: TaskRecord | None, document_status: str) -> int:
+    """The fewest cells a task's summary is shown in: an error code whole (it is what
+    to search for), a running task's status alone."""
     if task is None:
         return 1
-    if task.error_code:
-        return len(task.status) + 1 + len(task.error_code)
-    if task.status == TaskStatus.RUNNING:
-        progress = stage_count(task.stage, task.completed, task.total)
-        return min(len(f"{task.status} {task.stage} {progress}".rstrip()), _TASK_SUMMARY_CELLS)
-    return len(task.status)
+    words = _summary_words(task, document_status)
+    return len(" ".join(words if task.error_code else words[:1]))
 
 
-def _task_summary(task: TaskRecord | None, cells: int) -> str:
-    """The latest task in one cell of `cells` columns: its status, and what matters in
-    that status; a running task's count only when it fits whole."""
+def _summary_cells(task: TaskRecord | None, document_status: str) -> int:
+    """The cells the whole summary takes, up to _TASK_SUMMARY_CELLS."""
+    if task is None:
+        return 1
+    whole = " ".join(word for word in _summary_words(task, document_status) if word)
+    return min(len(whole), max(_TASK_SUMMARY_CELLS, _least_summary_cells(task, document_status)))
+
+
+def _task_summary(task: TaskRecord | None, document_status: str, cells: int) -> str:
+    """The latest task in one cell of `cells` columns: the words of `_summary_words`
+    that fit whole, the status coloured and an error code red."""
     if task is None:
         return "-"
-    if task.error_code:
-        return f"{styled(task.status)} [red]{task.error_code}[/red]"
-    if task.status == "running":
-        progress = stage_count(task.stage, task.completed, task.total)
-        shown = f"{task.status} {task.stage} {progress}".rstrip()
-        if len(shown) > cells:
-            return f"{styled(task.status)} {task.stage}"
-        return f"{styled(task.status)} {task.stage} {progress}".rstrip()
-    return styled(task.status)
+    words = [word for word in _summary_words(task, document_status) if word]
+    while len(words) > 1 and len(" ".join(words)) > cells:
+        words.pop()
+    marked = [
+        f"[red]{word}[/red]" if word == task.error_code else styled(word) if i == 0 else word
+        for i, word in enumerate(words)
+    ]
+    return " ".join(marked)
 
 
 def task_table(records: list[TaskRecord], filenames: dict[str, str], width: int):

@@ -147,6 +147,7 @@ class LiveWorkerDisplay(PlainWorkerLog):
         self.idle_since: datetime | None = None
         self.done = 0
         self.last: str | None = None
+        self.below_bars: list[str] = []  # printed once the task's bars stop
 
     def started(self, where: str, store: str) -> None:
         self.where, self.store = where, store
@@ -187,7 +188,12 @@ class LiveWorkerDisplay(PlainWorkerLog):
 
         if self.idle is None:
             self.idle_since = datetime.now()
-            self.idle = Live(console=self.console, transient=True, refresh_per_second=4)
+            self.idle = Live(
+                console=self.console,
+                transient=True,
+                refresh_per_second=4,
+                redirect_stdout=False,  # the records printed meanwhile are stdout's
+            )
             self.idle.start()
         self.idle.update(Text(self._idle_line(self.console.width), style="dim"))
 
@@ -225,13 +231,17 @@ class LiveWorkerDisplay(PlainWorkerLog):
             self.console.print(message)
 
     def read_by_ocr(self, task_id: str, pages: int, engine: str | None) -> None:
+        """In the parse row (`OCR 3 pages`), and the engine, on its first use, below the
+        bars once they stop: a line printed now would land above the download bar."""
         message = f"[cyan]OCR[/cyan] read {pages} scanned page{'s' if pages > 1 else ''}"
         if engine:  # kb's own words: no markup in them
             message += f" with {engine}"
-        if self.live:
-            self.live.print(message)
-        else:
+        if not self.live:
             self.console.print(message)
+            return
+        self.live.note(Stage.PARSE, f"[cyan]OCR[/cyan] {counted(pages, 'page')}")
+        if engine:
+            self.below_bars.append(message)
 
     def finished(self, task: TaskRecord) -> None:
         if not self.live:
@@ -239,10 +249,14 @@ class LiveWorkerDisplay(PlainWorkerLog):
         if task.status == "failed":
             self.live.update(task.stage, task.completed, task.total, failed=True)
         self.live.stop()
-        for line in outcome_lines(task):
+        for line in [*self._take_below_bars(), *outcome_lines(task)]:
             self.live.print(line)
         self.live = None
         self.done += 1
+
+    def _take_below_bars(self) -> list[str]:
+        lines, self.below_bars = self.below_bars, []
+        return lines
 
     def released(self, task_id: str) -> None:
         self._end(f"[yellow]released[/yellow] task {short(task_id)}: back in the queue")
@@ -270,7 +284,8 @@ class LiveWorkerDisplay(PlainWorkerLog):
         were, then the message, and nothing of this task is drawn after it."""
         if self.live:
             self.live.stop()
-            self.live.print(message)
+            for line in [*self._take_below_bars(), message]:
+                self.live.print(line)
             self.live = None
 
 

@@ -89,13 +89,15 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None, more: Sequence[str]
         with kb.db.read() as conn:
             open_mode = not queries.admin_exists(conn)
             if open_mode:  # a single person on a laptop reads every base
-                grant = _resolve(conn, kb.actor, rule.acts_on, target)
-                return _with_more(conn, grant, rule.acts_on, more)
+                grant = _resolve(conn, kb.actor, rule.acts_on, target, rule.command)
+                return _with_more(conn, grant, rule.acts_on, more, rule.command)
             user = _user_for_token(conn, os.environ.get("KB_TOKEN", ""))
             actor, refusal = _check_role(user, rule)
             grant = Grant(actor)
             if refusal is None and rule.acts_on is not None and target is not None:
-                grant, refusal = _resolve_visible(conn, actor, rule.acts_on, target, more)
+                grant, refusal = _resolve_visible(
+                    conn, actor, rule.acts_on, target, more, rule.command
+                )
     except KbError as failure:
         if open_mode and failure.is_refusal:  # an overlong id: audited, as a service's refusal is
             record_refusal(kb, kb.actor.name, rule.command, target, failure.message)
@@ -134,32 +136,47 @@ def _check_role(
     return actor, (None, ForbiddenError(f"forbidden: {why}"), why)
 
 
-def _resolve(conn: Connection, actor: Actor, acts_on: Target | None, target: str | None) -> Grant:
-    """What the command names, resolved in the actor's bases (a base is taken as named:
-    the command's own transaction checks it). Raises not_found or ambiguous as
+def _resolve(
+    conn: Connection,
+    actor: Actor,
+    acts_on: Target | None,
+    target: str | None,
+    verb: str | None = None,
+) -> Grant:
+    """What the command `verb` names, resolved in the actor's bases (a base is taken as
+    named: the command's own transaction checks it). Raises not_found or ambiguous as
     app.resolve_id does."""
     if acts_on is None or target is None:
         return Grant(actor)
     if acts_on == Target.BASE:
         return Grant(actor, base=target)
-    kind, entity_id = resolve_id(conn, actor.scope(), target, *_KINDS[acts_on])
+    kind, entity_id = resolve_id(conn, actor.scope(), target, *_KINDS[acts_on], verb=verb)
     return Grant(actor, kind, entity_id)
 
 
 def _with_more(
-    conn: Connection, grant: Grant, acts_on: Target | None, more: Sequence[str]
+    conn: Connection,
+    grant: Grant,
+    acts_on: Target | None,
+    more: Sequence[str],
+    verb: str | None = None,
 ) -> Grant:
     """The further ids a command names, resolved in the actor's bases: one the caller
     may not read is not found, as any other (not audited: the guard's target is)."""
     if not more or acts_on is None or acts_on == Target.BASE:
         return grant
     scope = grant.actor.scope()
-    more_ids = tuple(resolve_id(conn, scope, ref, *_KINDS[acts_on])[1] for ref in more)
+    more_ids = tuple(resolve_id(conn, scope, ref, *_KINDS[acts_on], verb=verb)[1] for ref in more)
     return dataclasses.replace(grant, more_ids=more_ids)
 
 
 def _resolve_visible(
-    conn: Connection, actor: Actor, acts_on: Target, target: str, more: Sequence[str]
+    conn: Connection,
+    actor: Actor,
+    acts_on: Target,
+    target: str,
+    more: Sequence[str],
+    verb: str | None = None,
 ) -> tuple[Grant, tuple[str, KbError, str] | None]:
     """The target resolved, or (entity, not_found, why) when it exists but outside the
     actor's bases; a target that does not exist at all raises its not_found here,
@@ -168,7 +185,7 @@ def _resolve_visible(
         if acts_on == Target.BASE:
             require_base(conn, actor.scope(), target)
             return Grant(actor, base=target), None
-        grant = _resolve(conn, actor, acts_on, target)
+        grant = _resolve(conn, actor, acts_on, target, verb)
     except NotFoundError as error:
         if actor.reads_every_base:  # the lookup over every base would find nothing either
             raise
@@ -183,7 +200,7 @@ def _resolve_visible(
                 raise error from None
             base = queries.base_of(conn, entity) or "?"
         return Grant(actor), (entity, error, f"base {base} is not readable by {actor.name}")
-    return _with_more(conn, grant, acts_on, more), None
+    return _with_more(conn, grant, acts_on, more, verb), None
 
 
 def add_user(kb: Kb, name: str, role: str, teams: list[str] | None = None) -> NewUser:

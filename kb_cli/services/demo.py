@@ -297,7 +297,7 @@ class _Demo:
             self.emit(
                 DemoEvent(
                     "search",
-                    f"search {query!r}: {found or 'no hits'}",
+                    f"{query!r}: {found or 'no hits'}",
                     {"query": query, "hits": [hit.to_dict() for hit in hits]},
                 )
             )

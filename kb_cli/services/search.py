@@ -14,7 +14,7 @@ from kb_cli.db import Connection
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
 from kb_cli.lexical.phrases import chunks_with_phrases
 from kb_cli.lexical.snippets import snippet
-from kb_cli.metadata import MetaFilter
+from kb_cli.metadata import MetaFilter, describe_filter
 from kb_cli.permissions import Scope
 from kb_cli.queries import ChunkDetail, PassageChunk
 from kb_cli.ranking import (
@@ -53,6 +53,7 @@ MAX_HITS = 1000
 MAX_QUERY_CHARS = 10_000
 MAX_QUERY_TERMS = 200
 MAX_QUERY_PHRASES = 20
+NOTHING_ASKED = "the question holds no word or phrase to search for"
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ class SearchResult:
     hits: list[SearchHit]
     mode: SearchMode  # the ranking that ran (hybrid falls back to lexical without vectors)
     warnings: list[str] = field(default_factory=list)
+    # With no hits: why, and what to do next (the reader's bases, their documents, what
+    # is published, the metadata filters, or the question itself).
+    nothing_because: str | None = None
 
 
 # A ranking's chunks, best first, and its weight in the fusion.
@@ -107,7 +111,9 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
     if len(query.phrases) > MAX_QUERY_PHRASES:
         raise UsageError(f"the search query has more than {MAX_QUERY_PHRASES} quoted phrases")
     if query.empty:  # only punctuation or operators: nothing that could match
-        return SearchResult([], mode or SearchMode.LEXICAL)
+        return SearchResult(
+            [], mode or SearchMode.LEXICAL, nothing_because=f"no hits: {NOTHING_ASKED}"
+        )
     embedder = kb.embedder
     if mode in (SearchMode.HYBRID, SearchMode.VECTOR) and embedder is None:
         raise UsageError(f"--mode {mode} needs embeddings, which are off (KB_EMBEDDINGS=none)")
@@ -156,7 +162,39 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
             ranked = discount_repeats(ranked, document_of, REPEAT_DISCOUNT, reranked)
         shown = [(details[hit.chunk], hit, copies.get(hit.chunk, [])) for hit in ranked]
         result.hits = _hits(conn, shown, request.limit, query, request.context)
+        if not result.hits:
+            result.nothing_because = _why_nothing(conn, scope)
     return result
+
+
+def _why_nothing(conn: Connection, scope: Scope) -> str:
+    """Why a search found nothing, from what lies in the caller's scope: no base to
+    read, no document, nothing published, nothing that the metadata filters keep, or
+    no passage that answers."""
+    counts = queries.search_scope_counts(conn, scope)
+    within = f"base {scope.base}" if scope.base is not None else "the bases you may read"
+    has = "has" if scope.base is not None else "have"
+    if not counts.bases:
+        return (
+            "no hits: you may read no knowledge base; an admin can give you one "
+            "(kb base grant NAME USER)"
+        )
+    if not counts.documents:
+        upload = f"kb upload FILE --base {scope.base}" if scope.base else "kb upload FILE"
+        return f"no hits: {within} {has} no document yet ({upload})"
+    if not counts.published:
+        return (
+            "no hits: search serves published revisions only, and none is published in "
+            f"{within}; `kb status --status review_pending` lists what waits for `kb publish`"
+        )
+    if scope.where and not counts.matching:
+        asked = " ".join(describe_filter(condition) for condition in scope.where)
+        return (
+            f"no hits: no published document of {within} has metadata {asked} (keys and "
+            "values are case-sensitive; `kb status` shows each document's metadata)"
+        )
+    searched = counts.matching if scope.where else counts.published
+    return f"no hits: no passage of the {searched} published documents searched answers it"
 
 
 def _rankings(

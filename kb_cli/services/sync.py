@@ -56,6 +56,9 @@ UNLISTED = "its folder could not be read; left as it is"
 DELETED_MEANWHILE = "deleted by another command meanwhile"
 # A delete that a killed command began (`deleting`) is finished by the next sync.
 DELETE_FINISHED = "deleted: an earlier delete of it was interrupted, and is finished now"
+# The reason of a missing document left as it was because the question before
+# unpublishing or deleting was answered no (on a terminal; `--yes` skips it).
+NOT_CONFIRMED = "kept (not confirmed)"
 # A changed file becomes a new revision only of a document that is not being worked on.
 _REPLACEABLE = frozenset(str(status) for status in REPLACEABLE)
 
@@ -69,6 +72,16 @@ class SyncRecord:
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
+
+
+@dataclass
+class Gone:
+    """A document whose file is gone from the source, as the question before it is
+    unpublished or deleted lists it: `filename` is its path under the source."""
+
+    document_id: str
+    filename: str
+    status: str
 
 
 @dataclass
@@ -175,6 +188,13 @@ class SyncRun:
         # Folders that could not be listed ("a/b/"; "/" for SOURCE itself): what is
         # under them is not missing.
         self.unlisted: list[str] = []
+        # Asked once, after the walk and before any missing document is unpublished or
+        # deleted: (how, the documents) -> go ahead? None: never asked. `asked` holds
+        # the ids it was asked about, `declined` that it was answered no (those
+        # documents are then kept).
+        self.confirm: Callable[[str, list[Gone]], bool] | None = None
+        self.asked: set[str] | None = None
+        self.declined = False
 
     def records(
         self, summary: SyncSummary, progress: Callable[[Counters], None] | None = None
@@ -383,14 +403,46 @@ class SyncRun:
             for path, known in sorted(self.known.items())
             if known.source is not None and _taken(path, self.options)
         ]
+        if self.confirm is not None and not self.options.dry_run:
+            self._ask([(path, known) for path, known in gone if not self._unlisted(path)])
         for path, known in gone:
-            if any(folder == "/" or path.startswith(folder) for folder in self.unlisted):
+            if self._unlisted(path):
                 yield SyncRecord(path, SKIPPED, known.id, UNLISTED)
             elif (row := _document(self.kb, known)) is None or row.status == DocStatus.DELETING:
                 yield SyncRecord(path, MISSING, known.id, DELETED_MEANWHILE)
+            elif self.asked is not None and self._acts_on(row) and not self._confirmed(row):
+                yield SyncRecord(path, MISSING, row.id, NOT_CONFIRMED)
             else:
                 yield self._handle_missing(path, row)
             self._report()
+
+    def _unlisted(self, path: str) -> bool:
+        return any(folder == "/" or path.startswith(folder) for folder in self.unlisted)
+
+    def _ask(self, gone: list[tuple[str, SyncedDocument]]) -> None:
+        """The documents --missing would unpublish or delete, read one at a time, and
+        the question asked once about them all, before any is touched."""
+        acted_on = [
+            Gone(row.id, path, row.status)
+            for path, known in gone
+            if (row := _document(self.kb, known)) is not None
+            and row.status != DocStatus.DELETING
+            and self._acts_on(row)
+        ]
+        if acted_on and self.confirm is not None:
+            self.asked = {item.document_id for item in acted_on}
+            self.declined = not self.confirm(self.options.missing, acted_on)
+
+    def _confirmed(self, row: DocumentRow) -> bool:
+        """Answered yes about this very document (one that became published after the
+        question was not asked about)."""
+        return not self.declined and self.asked is not None and row.id in self.asked
+
+    def _acts_on(self, row: DocumentRow) -> bool:
+        """Whether --missing unpublishes or deletes this document (a kept one, or one
+        not published under `unpublish`, is left as it is)."""
+        how = self.options.missing
+        return how == "delete" or (how == "unpublish" and row.published_revision is not None)
 
     def _handle_missing(self, path: str, row: DocumentRow) -> SyncRecord:
         how, dry = self.options.missing, self.options.dry_run

@@ -41,14 +41,20 @@ def test_a_conflict_names_the_status_once_and_the_next_step(invoke, tmp_path):
         assert refusal.count("it is") == 1 and refusal.count("processing") == 1
 
 
-def test_a_task_id_for_a_document_points_at_its_document(invoke, tmp_path):
+def test_a_task_id_for_a_document_points_at_its_document_with_the_same_verb(invoke, tmp_path):
     task = upload(invoke, tmp_path, "a.md", "--submit")
-    for ref in (task["task_id"], task["task_id"][:8]):
+    task_id, document_id = task["task_id"], task["document_id"]
+    for ref in (task_id, task_id[:8]):
         message = error_of(invoke("publish", ref, "--json"), 3, "not_found")
         assert message == (
-            f"no document with id {ref!r}; did you mean the document of task "
-            f"{task['task_id']} (kb status {task['document_id']})?"
+            f"no document with id {ref!r}; {task_id} is a task: did you mean its document "
+            f"{document_id} (kb publish {document_id})?"
         )
+    message = error_of(invoke("delete", task_id, "--yes", "--json"), 3, "not_found")
+    assert message.endswith(f"did you mean its document {document_id} (kb delete {document_id})?")
+    # A command that takes more than the id: its document, and no command to copy.
+    message = error_of(invoke("reject", task_id, "--reason", "x", "--json"), 3, "not_found")
+    assert message.endswith(f"did you mean its document {document_id}?")
 
 
 def test_a_document_id_for_a_task_points_at_its_latest_task(invoke, tmp_path):

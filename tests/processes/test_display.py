@@ -94,7 +94,7 @@ def test_demo_runs_to_the_end_without_a_terminal():
     result = run_kb("demo", timeout=120)
     assert result.code == 0, result.stderr
     assert "\x1b" not in result.stdout
-    summary = result.stdout.split("summary:")[1]
+    summary = "\n".join(line for line in result.stdout.splitlines() if line.startswith("summary: "))
     for outcome in (
         "succeeded",
         "failed with parse_error",
@@ -109,15 +109,21 @@ def test_demo_runs_to_the_end_without_a_terminal():
     assert "faq.txt: cancelled mid-run, at its " in cancel and cancel.endswith(" stage")
     # Questions answered by hybrid search: each found by its words and its meaning.
     lines = result.stdout.splitlines()
-    [english] = [line for line in lines if "search 'How long do we keep invoices?'" in line]
+    [english] = [
+        line for line in lines if line.startswith("search: 'How long do we keep invoices?': ")
+    ]
     assert "handbook.pdf" in english and "words #" in english and "meaning #" in english
-    [chinese] = [line for line in lines if "search '文档什么时候才能被搜索到？'" in line]
+    [chinese] = [
+        line for line in lines if line.startswith("search: '文档什么时候才能被搜索到？': ")
+    ]
     # A Chinese question ranks by words while some chunk holds its words (README).
     assert "ingestion-guide-zh.md" in chinese and "words #1" in chinese
     # A slide deck and a spreadsheet are ingested too; a slide's notes answer a question.
     for deck_or_sheet in ("product-roadmap.pptx", "regional-budget.xlsx"):
         assert f"{deck_or_sheet}: document=published" in summary, deck_or_sheet
-    [slides] = [line for line in lines if "search 'When does the offline index ship?'" in line]
+    [slides] = [
+        line for line in lines if line.startswith("search: 'When does the offline index ship?': ")
+    ]
     assert "product-roadmap.pptx chunk 1" in slides
 
 

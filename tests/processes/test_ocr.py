@@ -97,6 +97,27 @@ def test_scanned_english_and_chinese_pages_are_found_on_their_page(tmp_path):
 
 
 @needs_ocr
+def test_on_a_terminal_ocr_is_told_in_the_parse_row_and_below_the_bars(tmp_path):
+    """Not above the download bar, where a line printed while bars are drawn lands."""
+    from tests.terminal import ANSI, run_in_terminal
+
+    path = tmp_path / "contract.pdf"
+    path.write_bytes(scanned_pdf([CONTRACT], DEJAVU))
+    environment = kb_env(KB_EMBEDDINGS="none")
+    assert run_kb("upload", str(path), "--submit", "--json", env=environment).code == 0
+    code, screen = run_in_terminal("work", KB_EMBEDDINGS="none", COLUMNS="80", timeout=120)
+    assert code == 0
+    drawn = [part for line in ANSI.sub("", screen).split("\n") for part in line.split("\r")]
+    parse_rows = [line for line in drawn if line.startswith("✓ parse")]
+    assert parse_rows[-1].rstrip().endswith("OCR 1 page"), parse_rows
+    [engine] = [i for i, line in enumerate(drawn) if line.startswith("OCR read 1 scanned page")]
+    finalizing = max(i for i, line in enumerate(drawn) if line.startswith("✓ finalizing"))
+    [succeeded] = [i for i, line in enumerate(drawn) if line.startswith("succeeded task")]
+    assert finalizing < engine < succeeded, drawn
+    assert all(len(line) <= 80 for line in drawn)
+
+
+@needs_ocr
 def test_hostile_scans_end_with_their_error_codes(tmp_path):
     empty = zlib.compress(b"")
     documents = {

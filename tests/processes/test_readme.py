@@ -4,13 +4,15 @@ that is not there."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import ON_S3, REPO, SAMPLES, clean_env
+from tests.helpers import ON_S3, REPO, SAMPLES, clean_env, kb_env, run_in_process, start_kb
+from tests.terminal import ANSI, run_bash_at_a_terminal
 
 # `uv run kb ARGS` as the README writes it, run by this interpreter: what is tested is
 # the commands, not uv's resolution of the environment (a fresh .venv per test run).
@@ -88,3 +90,47 @@ def test_the_review_walkthrough_runs_as_pasted(tmp_path: Path):
     published = r'^document \S+ file="leave.md" status=published version=\d+ revision=2 '
     assert re.search(published, done.stdout, re.M)
     assert "Traceback" not in done.stderr
+
+
+def ci_example() -> str:
+    """The README's CI job: the ```bash block that syncs `docs` and publishes what it
+    added or changed."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    [block] = [
+        block
+        for block in re.findall(r"^```bash\n(.*?)^```", readme, re.S | re.M)
+        if "kb sync docs" in block
+    ]
+    return block
+
+
+def test_the_ci_example_publishes_what_it_synced_when_run_from_a_terminal(tmp_path: Path):
+    """Pasted at a terminal with its output redirected (stderr still the terminal, where
+    the live displays go): every record reaches sync.log, so the loop publishes each
+    added document and the eval gate passes."""
+    topics = {"invoices": "are kept for seven years", "laptops": "are replaced every four years"}
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    questions = []
+    for topic, fact in topics.items():
+        (docs / f"{topic}.md").write_text(f"# {topic.title()}\n\n{topic.title()} {fact}.\n")
+        questions.append(
+            json.dumps({"question": f"How long are {topic} kept?", "expected": [f"{topic}.md"]})
+        )
+    (docs / "questions.jsonl").write_text("\n".join(questions) + "\n")
+    assert run_in_process("base", "create", "docs").code == 0
+    worker = start_kb("work", "--loop", "--poll-seconds", "0.2")  # a worker elsewhere
+    kb = f'kb() {{ "{sys.executable}" -m kb_cli "$@"; }}\n'
+    try:
+        code, screen = run_bash_at_a_terminal(
+            kb + ci_example(), tmp_path / "job.out", tmp_path, kb_env(COLUMNS="80")
+        )
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=60)
+    assert code == 0, ANSI.sub("", screen)[-3000:]
+    log = (tmp_path / "sync.log").read_text().splitlines()
+    assert len([line for line in log if line.startswith("added ")]) == len(topics), log
+    assert 'added "' not in ANSI.sub("", screen)  # records went to the file, not the screen
+    statuses = {d["filename"]: d["status"] for d in run_in_process("status", "--json").records}
+    assert statuses == {f"{topic}.md": "published" for topic in topics}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from tests.helpers import run_in_process, run_kb
+from tests.helpers import run_in_process, run_kb, start_kb, wait_until
 from tests.terminal import ANSI, run_in_terminal
 
 pytestmark = pytest.mark.display
@@ -98,3 +98,115 @@ def test_the_document_panel_has_one_status_row_and_a_task_status_row(tmp_path):
     labels = [line.strip("│ ").split(" ")[0] for line in lines_of(screen) if "│" in line]
     assert labels.count("status") == 1, labels
     assert any("task status" in line and "queued" in line for line in lines_of(screen))
+
+
+def test_status_shows_synced_paths_and_gives_the_name_the_room(tmp_path):
+    """Two bases, a task running and one failed, at 80 columns: a synced document is
+    shown by its path (policies/README.md and it/README.md differ), a long one cut in
+    the middle with its extension kept, and the task's cell gives up its count before
+    a name is cut to a stub."""
+    source = tmp_path / "share"
+    for folder, name in [
+        ("policies", "README.md"),
+        ("it", "README.md"),
+        ("policies", "vpn-setup-guide-for-remote-employees.md"),
+        ("it", "big-manual.md"),
+    ]:
+        (source / folder).mkdir(parents=True, exist_ok=True)
+        words = "words and more words. " * (3000 if name == "big-manual.md" else 3)
+        (source / folder / name).write_text(f"# {name}\n\n{words}\n", encoding="utf-8")
+    assert run_in_process("base", "create", "team").code == 0
+    synced = run_in_process("sync", str(source), "--base", "team", "--json").records[:-1]
+    ids = {record["path"]: record["document_id"] for record in synced}
+    broken = tmp_path / "damaged.pdf"
+    broken.write_bytes(b"%PDF-1.4 broken")
+    failed = run_in_process("upload", str(broken), "--submit", "--json").record
+    assert run_in_process("work", failed["task_id"]).code == 0
+    big = ids["it/big-manual.md"]
+    worker = start_kb("work", "--drain", "--stage-delay", "0.5")
+    try:
+        wait_until(
+            lambda: (
+                run_in_process("status", big, "--json").record["latest_task"]["status"] == "running"
+            ),
+            timeout=60,
+        )
+        code, screen = run_in_terminal("status", COLUMNS=str(COLUMNS))
+    finally:
+        worker.kill()
+        worker.communicate(timeout=60)
+    assert code == 0
+    lines = lines_of(screen)
+    assert all(cell_len(line) <= COLUMNS for line in lines), lines
+    rows = {path: next(line for line in lines if i[:8] in line) for path, i in ids.items()}
+    assert rows["policies/README.md"].split()[1] == "policies/README.md"
+    assert rows["it/README.md"].split()[1] == "it/README.md"
+    assert "running" in rows["it/big-manual.md"]
+    vpn = rows["policies/vpn-setup-guide-for-remote-employees.md"].split()[1]
+    assert vpn.startswith("policies/vpn") and "…" in vpn and vpn.endswith("es.md"), vpn
+    assert cell_len(vpn) >= 20  # not a stub beside a task's count
+    [failed_row] = [line for line in lines if failed["document_id"][:8] in line]
+    assert "parse_error" in failed_row and "default" in failed_row
+    code, screen = run_in_terminal("status", "--limit", "2", COLUMNS=str(COLUMNS))
+    limited = lines_of(screen)
+    assert code == 0 and "the newest 2 of 5 documents (--limit)" in screen
+    assert [line for line in limited if failed["document_id"][:8] in line]
+    assert all(cell_len(line) <= COLUMNS for line in limited), limited
+
+
+def _tokens(screen: str) -> set[str]:
+    return {token for line in lines_of(screen) for token in line.split()}
+
+
+def test_sync_and_reparse_at_80_columns_keep_words_whole_and_ids_short(tmp_path):
+    """On a terminal: short ids, long paths cut, the summary and reasons wrapped
+    between words, a dry run in the conditional; piped and --json keep whole ids and
+    the action names."""
+    source = tmp_path / "share"
+    (source / "guides").mkdir(parents=True)
+    long_path = "guides/setting-up-the-vpn-on-a-laptop-at-home-or-when-travelling-abroad.md"
+    for path in ("README.md", long_path):
+        (source / path).write_text(f"# {path}\n\nSome words.\n", encoding="utf-8")
+    assert run_in_process("base", "create", "team").code == 0
+    args = ("sync", str(source), "--base", "team")
+
+    code, screen = run_in_terminal(*args, "--dry-run", COLUMNS=str(COLUMNS))
+    assert code == 0
+    lines = lines_of(screen)
+    assert all(cell_len(line) <= COLUMNS for line in lines), lines
+    assert 'would add "README.md"' in lines and not any(line.startswith("added ") for line in lines)
+    [cut] = [line for line in lines if line.startswith('would add "guides/')]
+    assert "…" in cut and cut.endswith('abroad.md"')
+    assert {"would", "sync", "into", "base", "team:", "added=2", "failed=0"} <= _tokens(screen)
+    piped = run_kb(*args, "--dry-run")
+    assert piped.stdout.splitlines()[:2] == ['would add "README.md"', f'would add "{long_path}"']
+    assert {r.get("action") for r in run_kb(*args, "--dry-run", "--json").records} == {
+        "added",
+        None,  # the summary
+    }
+
+    code, screen = run_in_terminal(*args, COLUMNS=str(COLUMNS))
+    assert code == 0
+    assert all(cell_len(line) <= COLUMNS for line in lines_of(screen)), screen
+    counts = ["added=2", "changed=0", "unchanged=0", "missing=0", "skipped=0", "failed=0"]
+    assert {"synced", "into", "base", "team:", *counts} <= _tokens(screen)
+    ids = [document["document_id"] for document in run_in_process("status", "--json").records]
+    for document_id in ids:
+        assert f"document={document_id[:8]}" in screen and document_id not in screen
+    again = run_kb(*args)
+    assert all(any(i in line for i in ids) for line in again.stdout.splitlines()[:2])
+
+    readme = next(i for i in ids if i[:8] in screen.split('"README.md"')[1][:30])
+    assert run_in_process("cancel", readme).code == 0  # a draft: parsed again
+    code, screen = run_in_terminal("reparse", "--base", "team", "--dry-run", COLUMNS="80")
+    assert code == 0
+    lines = lines_of(screen)
+    assert all(cell_len(line) <= COLUMNS for line in lines), lines
+    assert f"would queue {readme[:8]} README.md (draft)" in lines
+    planned = run_in_process("reparse", "--base", "team", "--dry-run", "--json").records
+    [left] = [item for item in planned if item["reason"]]
+    assert any(line.startswith(f"would leave {left['document_id'][:8]} ") for line in lines)
+    assert not any(i in screen for i in ids)  # short ids only
+    assert set(left["reason"].split()) <= _tokens(screen), screen  # wrapped between words
+    piped = run_kb("reparse", "--base", "team", "--dry-run")
+    assert f"would queue {readme} README.md (draft)" in piped.stdout.splitlines()

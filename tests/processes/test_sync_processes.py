@@ -206,10 +206,14 @@ def test_on_a_terminal_sync_counts_live_and_reparse_asks_first(tmp_path):
     assert code == 0, text
     assert "scanned" in text and "uploaded" in text  # the live count on stderr
     assert 'added "d0/n00.md"' in text and "added=40" in text
-    code, screen = run_in_terminal(
-        "reparse", "--all", answer=("again as new revisions? [y/N] ", "n\n")
-    )
-    assert code == 1 and "nothing queued" in ANSI.sub("", screen)
+    for document in kb_json("status")[:2]:  # two drafts to parse again; 38 being processed
+        assert run_in_process("cancel", document["latest_task"]["task_id"]).code == 0
+    code, screen = run_in_terminal("reparse", "--all", answer=("[y/N] ", "n\n"))
+    text = ANSI.sub("", screen)
+    assert code == 1 and "nothing queued" in text
+    # What will be done is counted and listed; what is left as it is, counted apart.
+    assert "parse 2 documents again as new revisions (38 others left as they are)?" in text
+    assert len([line for line in text.splitlines() if line.endswith("(draft)")]) == 2
     assert {d["revision"] for d in kb_json("status")} == {1}
 
 
@@ -384,3 +388,87 @@ def test_a_file_swapped_for_a_fifo_mid_walk_neither_hangs_nor_stops_the_sync(tmp
             "skipped", "changed while being synced: not a file any more",
         )  # fmt: skip
     assert sum(r.get("action") == "added" for r in records.values()) == FILES - len(fifos)
+
+
+def _synced_then_two_gone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A folder of three files synced, then two of them removed and one added."""
+    source = tmp_path / "share"
+    source.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (source / name).write_text(f"# {name}\n\nwords\n", "utf-8")
+    records = run_in_process("sync", str(source), "--json").records[:-1]
+    (source / "a.md").unlink()
+    (source / "b.md").unlink()
+    (source / "d.md").write_text("# d\n\nwords\n", "utf-8")
+    return source, {record["path"]: record["document_id"] for record in records}
+
+
+def _documents() -> set[str]:
+    return {row["id"] for row in db_rows("SELECT id FROM documents")}
+
+
+@pytest.mark.parametrize(("reply", "deleted"), [("n\n", False), ("y\n", True)])
+def test_sync_missing_delete_asks_once_on_a_terminal_before_deleting(tmp_path, reply, deleted):
+    from tests.terminal import ANSI, run_in_terminal
+
+    source, ids = _synced_then_two_gone(tmp_path)
+    before = _documents()
+    at_the_question: list[set[str]] = []
+    code, screen = run_in_terminal(
+        "sync",
+        str(source),
+        "--missing",
+        "delete",
+        answer=("[y/N] ", reply),
+        on_prompt=lambda: at_the_question.append(_documents()),
+    )
+    text = ANSI.sub("", screen)
+    question = "delete 2 documents whose files are gone? [y/N]"
+    assert text.count(question) == 1
+    # Asked after the walk (d.md is added) and before anything was deleted.
+    [seen] = at_the_question
+    assert before <= seen and len(seen) == len(before) + 1
+    assert text.index('added "d.md"') < text.index(question)
+    for gone in ("a.md", "b.md"):
+        assert f"  {ids[gone][:8]}  {gone}  (processing)" in text  # the list asked about
+    if deleted:
+        assert code == 0, text
+        assert _documents() == seen - {ids["a.md"], ids["b.md"]}
+        assert text.count('reason="deleted"') == 2
+    else:
+        assert code == 1, text
+        assert _documents() == seen  # nothing deleted
+        assert "nothing deleted: those documents are kept" in text
+        assert text.count('reason="kept (not confirmed)"') == 2
+        assert "missing=2" in text  # the summary still printed
+
+
+def test_sync_missing_delete_is_not_asked_piped_or_with_yes(tmp_path):
+    from tests.terminal import ANSI, run_in_terminal
+
+    source, ids = _synced_then_two_gone(tmp_path)
+    piped = run_kb("sync", str(source), "--missing", "delete")
+    assert piped.code == 0, piped.stderr
+    assert "[y/N]" not in piped.stderr
+    assert ids["a.md"] not in _documents() and ids["b.md"] not in _documents()
+    (source / "c.md").unlink()
+    code, screen = run_in_terminal("sync", str(source), "--missing", "delete", "--yes")
+    assert code == 0 and "[y/N]" not in screen
+    assert 'missing "c.md"' in ANSI.sub("", screen) and ids["c.md"] not in _documents()
+
+
+def test_sync_missing_unpublish_answered_no_keeps_them_served(tmp_path):
+    from tests.terminal import ANSI, run_in_terminal
+
+    source, ids = _synced_then_two_gone(tmp_path)
+    assert run_in_process("work", "--drain").code == 0
+    assert run_in_process("publish", "--all-reviewed").code == 0
+    code, screen = run_in_terminal(
+        "sync", str(source), "--missing", "unpublish", answer=("[y/N] ", "n\n")
+    )
+    text = ANSI.sub("", screen)
+    assert code == 1, text
+    assert "unpublish 2 documents whose files are gone? [y/N]" in text
+    assert "nothing unpublished: those documents are kept" in text
+    for gone in ("a.md", "b.md"):
+        assert run_in_process("status", ids[gone], "--json").record["status"] == "published"
