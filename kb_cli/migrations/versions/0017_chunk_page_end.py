@@ -1,7 +1,13 @@
-"""Chunks know the last page they cover: `page_end`, when a chunk's text runs from one
+"""What a reviewer is told about a revision.
+
+Chunks know the last page they cover: `page_end`, when a chunk's text runs from one
 page (its `page`) onto another, so that a passage is cited by the pages it spans ("pages
 1-2") instead of the one it starts on. Chunks made before have none: they are cited by
 their first page, as they were.
+
+A revision knows how many of its pages were read by OCR (`document_revisions.ocr_pages`,
+written by the parse that read them), so that `kb status ID` can say it without reading
+the history. Revisions parsed before have none: the count is not shown for them.
 
 Revision ID: 0017_chunk_page_end
 Revises: 0016_chunk_runs
@@ -16,7 +22,9 @@ down_revision = "0016_chunk_runs"
 
 def upgrade() -> None:
     op.add_column("chunks", sa.Column("page_end", sa.Integer(), nullable=True))
+    op.add_column("document_revisions", sa.Column("ocr_pages", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("document_revisions", "ocr_pages")
     op.drop_column("chunks", "page_end")
