@@ -76,9 +76,10 @@ def scope_filter(
     if scope.reader is not None:
         clauses.append(_READABLE.format(column=column))
         params["_reader"] = scope.reader
-    if scope.base is not None:
-        clauses.append(f"{column} = :_base")
-        params["_base"] = scope.base
+    if scope.bases:
+        names = [f"_base{index}" for index in range(len(scope.bases))]
+        clauses.append(f"{column} IN ({', '.join(':' + name for name in names)})")
+        params.update(zip(names, scope.bases, strict=True))
     for index, condition in enumerate(scope.where):
         assert engine is not None and column == "d.base", "metadata filters need documents d"
         clause, values = engine.meta_condition(
@@ -627,7 +628,7 @@ def delete_grant(conn: Connection, base: str, user: str) -> bool:
 
 
 def base_exists(conn: Connection, name: str, scope: Scope = Scope()) -> bool:
-    scoped, params = scope_filter(Scope(scope.reader, scope.base), "b.name")
+    scoped, params = scope_filter(Scope(scope.reader, scope.bases), "b.name")
     sql = f"SELECT 1 FROM {BASES} AS b{where_all(['b.name = :name', scoped])}"
     return conn.execute(sql, {**params, "name": name}).first() is not None
 
@@ -661,13 +662,12 @@ class BaseGrant(NamedTuple):
 
 def list_bases(conn: Connection, scope: Scope) -> list[BaseRow]:
     """The bases in `scope`, by name."""
-    scoped, params = scope_filter(Scope(scope.reader), "b.name")
-    clauses = [scoped, "b.name = :name" if scope.base is not None else ""]
+    scoped, params = scope_filter(Scope(scope.reader, scope.bases), "b.name")
     sql = (
         f"SELECT b.name AS base, (SELECT count(*) FROM {DOCUMENTS} AS d WHERE d.base = b.name)"
-        f" AS documents FROM {BASES} AS b{where_all(clauses)} ORDER BY b.name"
+        f" AS documents FROM {BASES} AS b{where_all([scoped])} ORDER BY b.name"
     )
-    return [BaseRow._make(row) for row in conn.execute(sql, {**params, "name": scope.base})]
+    return [BaseRow._make(row) for row in conn.execute(sql, params)]
 
 
 def base_members(conn: Connection) -> tuple[list[BaseTeam], list[BaseGrant]]:
