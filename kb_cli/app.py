@@ -203,7 +203,7 @@ def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[s
     """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks",
     "deleted": what remains of deleted documents) in
     `scope`: a row the caller may not read is not found, and never makes a prefix
-    ambiguous."""
+    ambiguous; nor does one outside the bases the scope names (`--base`)."""
     noun = " or ".join(_NOUNS[kind] for kind in kinds if _NOUNS[kind])
     if len(ref) > MAX_ID_CHARS:  # no id is that long: refused before any SQL
         raise IdTooLong(f"no {noun} with an id of {len(ref)} characters (ids have 36)")
@@ -219,7 +219,9 @@ def resolve_id(conn: Connection, scope: Scope, ref: str, *kinds: str) -> tuple[s
         hint = _what_it_names(conn, scope, ref, kinds)
         if not hint and len(ref) < MIN_PREFIX:
             hint = f": a prefix needs at least {MIN_PREFIX} characters"
-        raise NotFoundError(f"no {noun} with id {ref!r}{hint}")
+        bases = scope.bases
+        where = f" in base{'s' if len(bases) > 1 else ''} {', '.join(bases)}" if bases else ""
+        raise NotFoundError(f"no {noun} with id {ref!r}{where}{hint}")
     return matches[0]
 
 

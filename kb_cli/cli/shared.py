@@ -79,13 +79,19 @@ def invocation_of(ctx: typer.Context) -> Invocation:
     return invocation
 
 
-def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = False):
+def open_kb(
+    ctx: typer.Context,
+    rule: Rule,
+    target: str | None = None,
+    create: bool = False,
+    bases: Sequence[str | None] = (),
+):
     """Connect, then run the guard: the command's rule (the roles it needs, the base of
     what it names) against the caller's token. The context returned acts as the caller
     the guard established. Only the commands that put something in a knowledge base
     (upload, sync, `user add`, `base create`) pass `create=True`; every other one is refused
     where there is none, and creates nothing."""
-    return open_granted(ctx, rule, target, create)[0]
+    return open_granted(ctx, rule, target, create, bases=bases)[0]
 
 
 def open_granted(
@@ -94,18 +100,21 @@ def open_granted(
     target: str | None = None,
     create: bool = False,
     more: Sequence[str] = (),
+    bases: Sequence[str | None] = (),
 ) -> tuple[Kb, Grant]:
     """`open_kb`, and what the guard resolved: the full id (and kind) of the `target` a
-    command names, and of the `more` ids it names, for the command to pass down."""
+    command names, and of the `more` ids it names, for the command to pass down;
+    `bases` keep the command to those bases (`--base`; None: not given)."""
     from kb_cli.app import Kb
     from kb_cli.services import access
 
     settings = settings_of(ctx)
+    kept = [base for base in bases if base is not None]
     kb = Kb.open(settings, create=create)
     invocation_of(ctx).opened.append(kb.db)
     if kb.created:  # said once the command succeeded (boundary), so a home made in the
         invocation_of(ctx).created = settings.where()  # wrong directory is noticed
-    grant = access.authorize(kb, rule, target, more)
+    grant = access.authorize(kb, rule, target, more, kept)
     kb = kb.acting_as(grant.actor)
     invocation_of(ctx).session = Session(kb, rule.command, target)
     return kb, grant
@@ -151,6 +160,16 @@ def finite_number(ctx: typer.Context, param: typer.CallbackParam, value: float |
 BaseOption = Annotated[
     str | None,
     typer.Option("--base", metavar="NAME", help="Only this knowledge base.", show_default=False),
+]
+
+BasesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--base",
+        metavar="NAME",
+        help="Only this knowledge base (repeat for several).",
+        show_default=False,
+    ),
 ]
 
 TeamOption = Annotated[

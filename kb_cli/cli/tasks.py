@@ -10,6 +10,7 @@ import typer
 
 from kb_cli import console
 from kb_cli.cli.shared import (
+    BasesOption,
     JsonFlag,
     WhereOption,
     finite_number,
@@ -90,21 +91,27 @@ def status(
         ),
     ] = None,
     where: WhereOption = None,
+    base: BasesOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Show a task, a document, or every document (newest first).
 
-    Examples: kb status; kb status 3f2a9c --wait --timeout 60; kb status --status failed
+    With --base, only the documents of that base (repeat for several); an ID of
+    another base is not found.
+
+    Examples: kb status; kb status 3f2a9c --wait --timeout 60; kb status --status failed;
+    kb status --base hr --base finance
     """
     from kb_cli import metadata
     from kb_cli.services import documents, tasks
 
     filters = metadata.parse_where(where or [])
+    bases = tuple(base or ())
     if entity_id is None:
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
-        kb = open_kb(ctx, STATUS)
-        records = documents.list_document_records(kb, status_filter, error_code, filters)
+        kb = open_kb(ctx, STATUS, bases=bases)
+        records = documents.list_document_records(kb, status_filter, error_code, filters, bases)
         shown = records[:limit] if limit else records
         if json_out:
             console.print_records(shown, True)
@@ -118,7 +125,7 @@ def status(
         )
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
-    kb, grant = open_granted(ctx, STATUS, entity_id, create=False)
+    kb, grant = open_granted(ctx, STATUS, entity_id, bases=bases)
     if not wait:
         print_with_filenames([tasks.get_record(kb, grant.full_id, grant.kind)], json_out)
         return

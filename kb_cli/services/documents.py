@@ -293,12 +293,14 @@ def publish_document(kb: Kb, document_id: str, if_version: int | None = None) ->
         return queries.document_record(conn, document_id)
 
 
-def publish_all_reviewed(kb: Kb) -> Iterator[DocumentRecord]:
-    """Publish every review_pending document of the caller's bases, each in its own
-    transaction, yielding its record as it is published. One that moved on meanwhile (a
-    reviewer rejected, published or deleted it) is left as it is, not an error."""
+def publish_all_reviewed(kb: Kb, bases: tuple[str, ...] = ()) -> Iterator[DocumentRecord]:
+    """Publish every review_pending document of the caller's bases (of `bases` only,
+    when named), each in its own transaction, yielding its record as it is published.
+    One that moved on meanwhile (a reviewer rejected, published or deleted it) is left
+    as it is, not an error."""
+    scope = kb.actor.scope(*bases)
     with kb.db.read() as conn:
-        waiting = queries.list_documents(conn, DocStatus.REVIEW_PENDING, scope=kb.scope)
+        waiting = queries.list_documents(conn, DocStatus.REVIEW_PENDING, scope=scope)
     for document in waiting:  # newest first, as `kb status` lists them
         try:
             yield publish_document(kb, document.document_id)
@@ -311,8 +313,10 @@ def list_document_records(
     status: str | None = None,
     error_code: str | None = None,
     where: tuple[metadata.MetaFilter, ...] = (),
+    bases: tuple[str, ...] = (),
 ) -> list[DocumentRecord]:
-    scope = dataclasses.replace(kb.scope, where=where)
+    """The documents of the caller's bases (of `bases` only, when named), newest first."""
+    scope = dataclasses.replace(kb.actor.scope(*bases), where=where)
     with kb.db.read() as conn:
         return queries.list_documents(conn, status, error_code, scope=scope)
 
