@@ -115,6 +115,8 @@ class WorkerOptions:
     # on PostgreSQL, PRAGMA data_version on SQLite); this poll only covers a lost
     # wake-up.
     poll_seconds: float = 5.0
+    # The knowledge bases whose tasks it claims (`kb work --base`); none: every base.
+    bases: tuple[str, ...] = ()
 
 
 WORKER_DEFAULTS = WorkerOptions()

@@ -163,7 +163,7 @@ def replace_revision(
 
 def submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskRecord:
     """draft -> processing with a new queued task and its outbox event, in `conn`: the
-    task's record."""
+    task's record. The task carries its document's base."""
     document = queries.existing_document(conn, document_id, lock=True)
     require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
@@ -179,6 +179,7 @@ def submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskReco
         attempt=0,
         created_at=now,
         updated_at=now,
+        base=document.base,
     )
     if not move_document(
         conn,

@@ -1,6 +1,7 @@
 """Tasks and workers: `kb status` (with `--wait`), `kb cancel`, `kb retry`, `kb work`
 (with its signal handling), `kb history`."""
 
+import dataclasses
 import os
 import sys
 import threading
@@ -329,6 +330,16 @@ def work(
             "should a wake-up be lost.",
         ),
     ] = WORKER_DEFAULTS.poll_seconds,
+    base: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--base",
+            metavar="NAME",
+            help="Claim only the tasks of documents in this knowledge base (repeat for "
+            "several); a TASK_ID of another base is not found.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Claim tasks and run them: download, parse, embedding, indexing, finalizing.
@@ -337,7 +348,8 @@ def work(
     was nothing to claim or another worker won the race. The first SIGINT/SIGTERM
     releases the current task at the next safe point; a second one exits at once.
 
-    Examples: kb work --drain; kb work --loop --worker-id A --stage-delay 0.5
+    Examples: kb work --drain; kb work --loop --worker-id A --stage-delay 0.5;
+    kb work --loop --base hr
     """
     from kb_cli.worker import Worker, WorkerOptions, default_worker_id, stop_on_signals
 
@@ -367,10 +379,10 @@ def work(
         listener = console.PlainWorkerLog(options.worker_id)
     stop = threading.Event()
     stop_on_signals(stop, console.stopping)
-    kb, grant = open_granted(ctx, WORK, task_id)
+    kb, grant = open_granted(ctx, WORK, task_id, bases=base or ())
     if not json_out:
         listener.started(kb.settings.where(), kb.settings.store_where())
-    worker = Worker(kb, options, listener, stop)
+    worker = Worker(kb, dataclasses.replace(options, bases=grant.bases), listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
     worked = False
     try:
@@ -383,14 +395,14 @@ def work(
     finally:
         listener.close()
     if not worked and task_id is None and not json_out:
-        _hint_drafts(kb)
+        _hint_drafts(kb, grant.bases)
 
 
-def _hint_drafts(kb) -> None:
+def _hint_drafts(kb, bases: tuple[str, ...]) -> None:
     """Nothing was claimable: uploads without --submit are drafts no worker takes."""
     from kb_cli.services import documents
 
-    drafts = documents.list_document_records(kb, "draft")
+    drafts = documents.list_document_records(kb, "draft", bases=bases)
     if drafts:
         console.print_drafts_waiting(len(drafts), drafts[0].document_id)
 

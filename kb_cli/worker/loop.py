@@ -247,11 +247,12 @@ class Worker:
         """0 when a task is claimable now; else how long until one may become so by
         itself, at most the fallback poll."""
         now = self.kb.clock.now()
+        bases = self.options.bases
         with self.kb.db.read() as conn:
             require_caller(conn, self.kb.actor)
-            if queries.has_claimable_task(conn, format_stamp(now)):
+            if queries.has_claimable_task(conn, format_stamp(now), bases):
                 return 0.0
-            due = queries.next_due(conn)
+            due = queries.next_due(conn, bases)
         poll = self.options.poll_seconds
         if due is None:
             return poll

@@ -1,12 +1,13 @@
 """`--base NAME` on the bulk and listing verbs: the verb acts on that base only. A
 listing lists it, a bulk verb takes only its documents, an id of another base is not
-found; a base the caller may not read is refused as one that does not exist."""
+found, and a worker claims only its tasks; a base the caller may not read is refused as
+one that does not exist."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers import check_error
+from tests.helpers import check_error, db_rows
 
 BASES = ("hr", "finance")
 
@@ -102,6 +103,45 @@ def test_events_of_the_bases_named(invoke, enter_home, two_bases):
     assert [e for e in every if e["base"] == "hr"] == hr
     assert [e for e in every if e["base"] in BASES] == both
     assert {event["base"] for event in both} == set(BASES)
+
+
+def _queue(invoke, tmp_path, base: str, name: str) -> dict:
+    path = tmp_path / name
+    path.write_text(f"# {name}\n\nWhat {base} keeps.\n")
+    return invoke("upload", str(path), "--base", base, "--submit", "--json").record
+
+
+def _task_status(task: dict) -> str:
+    [row] = db_rows("SELECT status FROM ingestion_tasks WHERE id = :id", id=task["task_id"])
+    return row["status"]
+
+
+def test_a_worker_kept_to_a_base_claims_only_its_tasks(invoke, tmp_path):
+    for base in BASES:
+        assert invoke("base", "create", base, "--json").code == 0
+    older = _queue(invoke, tmp_path, "finance", "ledger.md")  # first in claim order
+    own = _queue(invoke, tmp_path, "hr", "leave.md")
+    claimed = invoke("work", "--base", "hr", "--json").record
+    assert claimed["task_id"] == own["task_id"] and claimed["task"]["status"] == "succeeded"
+    assert _task_status(older) == "queued"
+    # A task of another base, named: not found, and left as it was.
+    refused = invoke("work", older["task_id"], "--base", "hr", "--json")
+    assert "in base hr" in check_error(refused, 3, "not_found")["message"]
+    drained = invoke("work", "--drain", "--base", "hr", "--json").records
+    assert [line["claimed"] for line in drained] == [False]
+    assert _task_status(older) == "queued"
+    lines = invoke("work", "--drain", "--base", "hr", "--base", "finance", "--json").records
+    assert [line["task_id"] for line in lines if line["claimed"]] == [older["task_id"]]
+
+
+def test_a_task_moves_with_its_document_to_another_base(invoke, tmp_path):
+    for base in BASES:
+        assert invoke("base", "create", base, "--json").code == 0
+    task = _queue(invoke, tmp_path, "hr", "handbook.md")
+    assert invoke("base", "move", task["document_id"], "finance", "--json").code == 0
+    assert invoke("work", "--base", "hr", "--json").record["claimed"] is False
+    moved = invoke("work", "--base", "finance", "--json").record
+    assert moved["task_id"] == task["task_id"] and moved["task"]["status"] == "succeeded"
 
 
 def test_a_base_the_caller_may_not_read_is_refused_as_missing(invoke, tmp_path):
