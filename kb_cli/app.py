@@ -5,9 +5,11 @@ and the worker, which receive it."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import getpass
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,6 +262,28 @@ def resolve_task_id(conn: Connection, scope: Scope, ref: str) -> str:
 
 
 def require_base(conn: Connection, scope: Scope, name: str) -> None:
-    """A base the caller may read, or not_found exactly as if it did not exist."""
+    """A base the caller may read, or not_found exactly as if it did not exist: the
+    hint names a near name among the bases the caller may read, never another."""
     if not queries.base_exists(conn, name, scope):
-        raise NotFoundError(f"no knowledge base named {name!r}")
+        raise no_such_base(name, queries.base_names(conn, Scope(scope.reader)))
+
+
+def no_such_base(
+    name: str, readable: Sequence[str], missing: NoKnowledgeBaseYet | None = None
+) -> NotFoundError:
+    """not_found for a knowledge base `name`: a near name among `readable` (what the
+    caller may read), and how a base is made (`missing`: where there is no knowledge
+    base at all yet)."""
+    near = difflib.get_close_matches(name, readable, n=1)
+    guess = f"did you mean {near[0]}? Else " if near else ""
+    if missing is not None:
+        return NotFoundError(
+            f"no knowledge base named {name!r}: there is no knowledge base in "
+            f"{missing.where} yet; {guess}kb base create {name} makes one there with that "
+            f"base, or choose another with {missing.choose}"
+        )
+    listed = "" if near else "kb base list shows the bases you may read, and "
+    return NotFoundError(
+        f"no knowledge base named {name!r}; {guess}{listed}an admin makes it with: "
+        f"kb base create {name}"
+    )

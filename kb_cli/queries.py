@@ -634,6 +634,15 @@ def base_exists(conn: Connection, name: str, scope: Scope = Scope()) -> bool:
     return conn.execute(sql, {**params, "name": name}).first() is not None
 
 
+def base_names(conn: Connection, scope: Scope) -> list[str]:
+    """The names of the bases in `scope`."""
+    scoped, params = scope_filter(Scope(scope.reader, scope.bases), "b.name")
+    names: list[str] = conn.execute(
+        f"SELECT b.name FROM {BASES} AS b{where_all([scoped])} ORDER BY b.name", params
+    ).scalars()
+    return names
+
+
 def base_of(conn: Connection, entity_id: str) -> str | None:
     """The base of a document, or of a task's document."""
     sql = f"""SELECT d.base FROM {DOCUMENTS} AS d WHERE d.id = :id

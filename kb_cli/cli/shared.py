@@ -14,7 +14,7 @@ import typer
 
 from kb_cli import console
 from kb_cli.config import MAX_SECONDS
-from kb_cli.permissions import Rule
+from kb_cli.permissions import DEFAULT_BASE, Rule, Target
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -105,12 +105,12 @@ def open_granted(
     """`open_kb`, and what the guard resolved: the full id (and kind) of the `target` a
     command names, and of the `more` ids it names, for the command to pass down;
     `bases` keep the command to those bases (`--base`; None: not given)."""
-    from kb_cli.app import Kb
     from kb_cli.services import access
 
     settings = settings_of(ctx)
     kept = [base for base in bases if base is not None]
-    kb = Kb.open(settings, create=create)
+    named = [target] if rule.acts_on == Target.BASE and target is not None else []
+    kb = _open(settings, create, [base for base in [*named, *kept] if base != DEFAULT_BASE])
     invocation_of(ctx).opened.append(kb.db)
     if kb.created:  # said once the command succeeded (boundary), so a home made in the
         invocation_of(ctx).created = settings.where()  # wrong directory is noticed
@@ -118,6 +118,23 @@ def open_granted(
     kb = kb.acting_as(grant.actor)
     invocation_of(ctx).session = Session(kb, rule.command, target)
     return kb, grant
+
+
+def _open(settings: Settings, create: bool, named: list[str]) -> Kb:
+    """The knowledge base, made on first use when `create`. A new one would hold only
+    the default base: a command that names another (`named`) makes nothing, and says
+    how to make that base."""
+    from kb_cli.app import Kb, no_such_base
+    from kb_cli.errors import NoKnowledgeBaseYet
+
+    try:
+        return Kb.open(settings, create=create and not named)
+    except NoKnowledgeBaseYet as missing:
+        if not named:
+            raise
+        if create:  # the command would have made the home, and the base still be missing
+            raise no_such_base(named[0], [DEFAULT_BASE], missing) from None
+        raise NoKnowledgeBaseYet(missing.where, missing.choose, named[0]) from None
 
 
 def settings_of(ctx: typer.Context) -> Settings:
