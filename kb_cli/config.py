@@ -207,6 +207,7 @@ def _parse_limits() -> ParseLimits:
         timeout_seconds=_env_seconds("KB_PARSE_TIMEOUT", default.timeout_seconds),
         max_memory_bytes=_memory_bytes("KB_PARSE_MAX_MEMORY_MB", default.max_memory_bytes),
         ocr=_ocr_mode(),
+        pdf_backend=_pdf_backend(),
         ocr_max_pages=int(_env_number("KB_OCR_MAX_PAGES", default.ocr_max_pages, int)),
         ocr_max_memory_bytes=_memory_bytes("KB_OCR_MAX_MEMORY_MB", default.ocr_max_memory_bytes),
     )
@@ -223,6 +224,14 @@ def _ocr_mode() -> str:
     if mode not in ("auto", "off", "force"):
         raise UsageError(f"KB_OCR must be auto, off or force; got {mode!r}")
     return mode
+
+
+def _pdf_backend() -> str:
+    """Which PDF library parses (parsers/pdf.py)."""
+    backend = os.environ.get("KB_PDF_BACKEND") or "auto"
+    if backend not in ("auto", "pypdf", "pdfium"):
+        raise UsageError(f"KB_PDF_BACKEND must be auto, pypdf or pdfium; got {backend!r}")
+    return backend
 
 
 def _embedding_settings() -> EmbeddingSettings:

@@ -125,7 +125,10 @@ class Pipeline:
             raise TaskFailure(
                 ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
             )
-        parser_key = artefacts.parser_key(document.content_type, self.kb.settings.chunk_chars)
+        settings = self.kb.settings
+        parser_key = artefacts.parser_key(
+            document.content_type, settings.chunk_chars, settings.limits
+        )
         chunks = self.reuse(parser_key)
         if chunks is None:
             with self.download(document) as path:
