@@ -385,6 +385,7 @@ class TaskInsert(TypedDict):
     created_at: str
     updated_at: str
     base: str  # its document's (migration 0017)
+    settings: str | None  # JSON: what the queuing command was given (TaskSettings)
 
 
 class UserInsert(TypedDict):
@@ -1034,6 +1035,7 @@ class TaskChanges(TypedDict, total=False):
     worker_id: str | None
     lease_expires_at: str | None
     retry_at: str | None
+    settings: str | None
 
 
 class TaskUpdate(TaskChanges, total=False):

@@ -16,6 +16,7 @@ from kb_cli.cli.shared import (
     open_kb,
     print_with_filenames,
     settings_of,
+    warn_worker_settings,
 )
 from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
@@ -120,6 +121,8 @@ def upload(
                 progress.close()
         console.warn_duplicates(uploaded.duplicates)
         console.note_skipped(uploaded.skipped)
+        if submit:
+            warn_worker_settings(kb.settings)
         records = uploaded.records
     print_with_filenames(records, json_out)
 
@@ -139,7 +142,9 @@ def submit(
     from kb_cli.services import documents
 
     kb, grant = open_granted(ctx, SUBMIT, document_id)
-    print_with_filenames([documents.submit_document(kb, grant.full_id)], json_out)
+    record = documents.submit_document(kb, grant.full_id)
+    warn_worker_settings(kb.settings)
+    print_with_filenames([record], json_out)
 
 
 PUBLISH = Rule("publish", REVIEWERS, Target.DOCUMENT)

@@ -145,6 +145,22 @@ def settings_of(ctx: typer.Context) -> Settings:
     return resolve_settings(options.home, options.database_url, options.object_store)
 
 
+def warn_worker_settings(settings: Settings) -> None:
+    """A command that queues tasks, run with a worker's limits set (KB_PARSE_TIMEOUT,
+    KB_MAX_PAGES, ...): say that the tasks do not carry them, instead of ignoring them
+    in silence. Only a value other than the default is named: a shell that exports the
+    defaults (or nothing) is not warned."""
+    names = settings.worker_variables()
+    if not names:
+        return
+    many = len(names) > 1
+    listed = f"{', '.join(names[:-1])} and {names[-1]}" if many else names[0]
+    console.warn(
+        f"{listed}: a worker's limit{'s' if many else ''}, which a task does not carry; the "
+        f"worker that runs it uses its own (set {'them' if many else 'it'} where kb work runs)"
+    )
+
+
 def print_with_filenames(records: list[Any], json_out: bool) -> None:
     """Records as console.print_records prints them, each task's file (as the service
     that made the record read it) named on a screen or in a plain line (JSON records

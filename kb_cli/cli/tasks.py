@@ -18,6 +18,7 @@ from kb_cli.cli.shared import (
     open_granted,
     open_kb,
     print_with_filenames,
+    warn_worker_settings,
 )
 from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import UsageError, WaitTimeout
@@ -235,6 +236,8 @@ def retry(
         records = tasks.retry_all_failed(kb, error_code)
     else:
         records = [tasks.retry_task(kb, grant.full_id, grant.kind)]
+    if records:
+        warn_worker_settings(kb.settings)
     print_with_filenames(records, json_out)
     if not records:  # said like publish --all-reviewed's
         with_code = f" with {error_code}" if error_code else ""

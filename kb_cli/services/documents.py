@@ -106,7 +106,9 @@ def upload(
             duplicates = _duplicates(conn, base, inserted)
             if submit:
                 records: list[TaskRecord] | list[DocumentRecord] = [
-                    intake.submit(conn, kb.actor.name, new.document_id, kb.timestamp())
+                    intake.submit(
+                        conn, kb.actor.name, new.document_id, kb.timestamp(), kb.settings.given
+                    )
                     for new in inserted
                 ]
             else:
@@ -251,7 +253,7 @@ def replace(kb: Kb, path: Path, document_id: str, meta: dict[str, str] | None = 
 
 def submit_document(kb: Kb, document_id: str) -> TaskRecord:
     with kb.db.write() as conn:
-        return intake.submit(conn, kb.actor.name, document_id, kb.timestamp())
+        return intake.submit(conn, kb.actor.name, document_id, kb.timestamp(), kb.settings.given)
 
 
 def publish_document(kb: Kb, document_id: str, if_version: int | None = None) -> DocumentRecord:

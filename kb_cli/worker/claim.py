@@ -20,7 +20,7 @@ from typing import TypeVar, Unpack
 from kb_cli import artefacts, queries
 from kb_cli.app import Kb
 from kb_cli.chunking import ChunkText
-from kb_cli.config import WorkerOptions
+from kb_cli.config import TaskSettings, WorkerOptions
 from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
 from kb_cli.lifecycle import DocStatus, ErrorCode, Stage, TaskStatus
@@ -311,6 +311,12 @@ class Claim:
         """The attempt begins now (a task claimed with others waited for its turn):
         progress writes and the parse's cost are counted from here."""
         self.written.at = self._started = time.monotonic()
+
+    @property
+    def asked(self) -> TaskSettings:
+        """The settings the task was queued with: the pipeline uses them instead of
+        the worker's own (none for a task queued before tasks carried settings)."""
+        return TaskSettings.from_json(self.task.settings)
 
     @property
     def fence(self) -> tuple[str, int]:

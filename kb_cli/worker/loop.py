@@ -369,7 +369,9 @@ class Worker:
             recorder = Recorder(self.listener)
             self._announce(claim, recorder)
             attempt = Attempt(self, claim, recorder)
-            members.append(Member(claim, attempt, recorder, Pipeline(self.kb, attempt, claim)))
+            members.append(
+                Member(claim, attempt, recorder, Pipeline(self.kb, attempt, claim, claim.asked))
+            )
             recorders.append(recorder)
         self.heartbeat.watch(*claims, *self.waiting)
         try:
@@ -429,7 +431,8 @@ class Worker:
         task_id = claim.task.id
         try:
             attempt = Attempt(self, claim)
-            rows = Pipeline(self.kb, attempt, claim).run(claim.document, claim.task.document_id)
+            pipeline = Pipeline(self.kb, attempt, claim, claim.asked)
+            rows = pipeline.run(claim.document, claim.task.document_id)
             attempt.report(Stage.FINALIZING, 0, 1)
             claim.complete(rows)
             self.listener.progress(task_id, Stage.FINALIZING, 1, 1)
