@@ -30,6 +30,7 @@ REVISIONS = (
     "0014_pending_objects",
     "0015_lexical_index",
     "0016_chunk_runs",
+    "0017_task_requests",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"
