@@ -191,15 +191,15 @@ DOCUMENT_ROWS = (
 )
 
 
-def fill_queue(home: Path, count: int, extra: dict[str, str]) -> None:
-    folder = home.parent / "q"
+def fill_queue(home: Path, count: int, extra: dict[str, str], base: str = "default") -> None:
+    folder = home.parent / f"q-{base}"
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(count):
-        (folder / f"q{i}.txt").write_text(f"queued {i}")
+        (folder / f"q{i}.txt").write_text(f"queued {i} of {base}")
         paths.append(str(folder / f"q{i}.txt"))
     for start in range(0, count, 500):
-        kb(home, "upload", *paths[start : start + 500], "--submit", **extra)
+        kb(home, "upload", *paths[start : start + 500], "--submit", "--base", base, **extra)
 
 
 def fresh_database(admin_url: str) -> str:

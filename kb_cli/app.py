@@ -5,9 +5,11 @@ and the worker, which receive it."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import getpass
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,7 +207,8 @@ def resolve_id(
     """Resolve a full id or a unique prefix among `kinds` ("documents", "tasks",
     "deleted": what remains of deleted documents) in
     `scope`: a row the caller may not read is not found, and never makes a prefix
-    ambiguous. `verb`: the command that named it, for the hint of a refusal."""
+    ambiguous; nor does one outside the bases the scope names (`--base`). `verb`: the
+    command that named it, for the hint of a refusal."""
     noun = " or ".join(_NOUNS[kind] for kind in kinds if _NOUNS[kind])
     if len(ref) > MAX_ID_CHARS:  # no id is that long: refused before any SQL
         raise IdTooLong(f"no {noun} with an id of {len(ref)} characters (ids have 36)")
@@ -221,7 +224,9 @@ def resolve_id(
         hint = _what_it_names(conn, scope, ref, kinds, verb)
         if not hint and len(ref) < MIN_PREFIX:
             hint = f": a prefix needs at least {MIN_PREFIX} characters"
-        raise NotFoundError(f"no {noun} with id {ref!r}{hint}")
+        bases = scope.bases
+        where = f" in base{'s' if len(bases) > 1 else ''} {', '.join(bases)}" if bases else ""
+        raise NotFoundError(f"no {noun} with id {ref!r}{where}{hint}")
     return matches[0]
 
 
@@ -268,6 +273,28 @@ def resolve_task_id(conn: Connection, scope: Scope, ref: str) -> str:
 
 
 def require_base(conn: Connection, scope: Scope, name: str) -> None:
-    """A base the caller may read, or not_found exactly as if it did not exist."""
+    """A base the caller may read, or not_found exactly as if it did not exist: the
+    hint names a near name among the bases the caller may read, never another."""
     if not queries.base_exists(conn, name, scope):
-        raise NotFoundError(f"no knowledge base named {name!r}")
+        raise no_such_base(name, queries.base_names(conn, Scope(scope.reader)))
+
+
+def no_such_base(
+    name: str, readable: Sequence[str], missing: NoKnowledgeBaseYet | None = None
+) -> NotFoundError:
+    """not_found for a knowledge base `name`: a near name among `readable` (what the
+    caller may read), and how a base is made (`missing`: where there is no knowledge
+    base at all yet)."""
+    near = difflib.get_close_matches(name, readable, n=1)
+    guess = f"did you mean {near[0]}? Else " if near else ""
+    if missing is not None:
+        return NotFoundError(
+            f"no knowledge base named {name!r}: there is no knowledge base in "
+            f"{missing.where} yet; {guess}kb base create {name} makes one there with that "
+            f"base, or choose another with {missing.choose}"
+        )
+    listed = "" if near else "kb base list shows the bases you may read, and "
+    return NotFoundError(
+        f"no knowledge base named {name!r}; {guess}{listed}an admin makes it with: "
+        f"kb base create {name}"
+    )

@@ -19,18 +19,22 @@ import json
 import zlib
 
 from kb_cli.chunking import OVERLAP_CHARS, TARGET_CHARS, ChunkText
-from kb_cli.parsers import PARSER_VERSION
+from kb_cli.parsers import PARSER_VERSION, ParseLimits
 
 _PDF = "application/pdf"
 
 
-def parser_key(content_type: str, chunk_chars: int = TARGET_CHARS) -> str:
-    """What besides the file's bytes decides its chunks, as one comparable string."""
+def parser_key(
+    content_type: str, chunk_chars: int = TARGET_CHARS, limits: ParseLimits = ParseLimits()
+) -> str:
+    """What besides the file's bytes decides its chunks, as one comparable string: the
+    settings a parse runs with (a task's own, or its worker's), as the parse sees them
+    (the OCR mode is `off` where the `ocr` extra is not installed)."""
     key = f"v{PARSER_VERSION};{content_type};chunks={chunk_chars}/{OVERLAP_CHARS}"
     if content_type == _PDF:
         from kb_cli.parsers import pdf
 
-        key += f";pdf={pdf.backend()};ocr={pdf.ocr_setting()}"
+        key += f";pdf={pdf.backend(limits)};ocr={pdf.ocr_mode(limits)}"
     return key
 
 

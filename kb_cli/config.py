@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 import urllib.parse
@@ -43,6 +45,66 @@ MAX_MEMORY_MB = 2**20
 
 
 @dataclass(frozen=True)
+class TaskSettings:
+    """The settings that decide a document's chunks, as a queuing command (submit,
+    `upload --submit`, retry, reparse, sync) was given them: each one given travels with
+    the task it queues (`ingestion_tasks.settings`), and the worker that runs the task
+    uses it instead of its own; one not given (None) is the worker's. The chunk overlap
+    is fixed (chunking.OVERLAP_CHARS), so it never travels."""
+
+    chunk_chars: int | None = None  # KB_CHUNK_CHARS
+    ocr: str | None = None  # KB_OCR
+    pdf_backend: str | None = None  # KB_PDF_BACKEND
+
+    def given(self) -> dict[str, int | str]:
+        """Each setting given, by field name."""
+        return {name: value for name, value in self.__dict__.items() if value is not None}
+
+    def to_json(self) -> str | None:
+        """As the task stores it: a JSON object of what was given; None for nothing."""
+        given = self.given()
+        return json.dumps(given, sort_keys=True) if given else None
+
+    @classmethod
+    def from_json(cls, text: str | None) -> TaskSettings:
+        """What a task stored (to_json); a task queued before tasks carried settings
+        (None) was given none."""
+        return cls(**json.loads(text)) if text else cls()
+
+    def over(self, older: TaskSettings) -> TaskSettings:
+        """These settings, and `older`'s where these give none: a task queued again
+        (a retry) keeps what it was asked, changed where the new command says."""
+        return TaskSettings(
+            older.chunk_chars if self.chunk_chars is None else self.chunk_chars,
+            older.ocr if self.ocr is None else self.ocr,
+            older.pdf_backend if self.pdf_backend is None else self.pdf_backend,
+        )
+
+    def describe(self) -> str:
+        """`KB_CHUNK_CHARS=400, KB_OCR=force`: what was given, as the variables say it."""
+        return ", ".join(
+            f"{TASK_VARIABLES[name]}={value}" for name, value in sorted(self.given().items())
+        )
+
+
+# The variable that gives each of a task's settings.
+TASK_VARIABLES = {"chunk_chars": "KB_CHUNK_CHARS", "ocr": "KB_OCR", "pdf_backend": "KB_PDF_BACKEND"}
+# What one parse may cost a worker: its own to set, for its machine. A task does not
+# carry them (an editor's command cannot raise a worker's memory or time); a queuing
+# command given one says so (cli/shared.py, warn_worker_settings).
+WORKER_VARIABLES = {
+    "max_chars": "KB_MAX_CHARS",
+    "max_pages": "KB_MAX_PAGES",
+    "max_chunks": "KB_MAX_CHUNKS",
+    "max_decompressed_bytes": "KB_MAX_DECOMPRESSED_BYTES",
+    "timeout_seconds": "KB_PARSE_TIMEOUT",
+    "max_memory_bytes": "KB_PARSE_MAX_MEMORY_MB",
+    "ocr_max_pages": "KB_OCR_MAX_PAGES",
+    "ocr_max_memory_bytes": "KB_OCR_MAX_MEMORY_MB",
+}
+
+
+@dataclass(frozen=True)
 class Settings:
     home: Path
     database_url: str
@@ -67,10 +129,36 @@ class Settings:
     wake: bool = True
     reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS
     vector_index_min_chunks: int = DEFAULT_VECTOR_INDEX_MIN_CHUNKS
+    # The settings of a task this process's environment gives (a queuing command
+    # records them with the task it queues).
+    given: TaskSettings = field(default_factory=TaskSettings)
 
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    def for_task(self, asked: TaskSettings) -> Settings:
+        """These settings with those a task was queued with in their place."""
+        limits = self.limits
+        return dataclasses.replace(
+            self,
+            chunk_chars=self.chunk_chars if asked.chunk_chars is None else asked.chunk_chars,
+            limits=dataclasses.replace(
+                limits,
+                ocr=limits.ocr if asked.ocr is None else asked.ocr,
+                pdf_backend=limits.pdf_backend if asked.pdf_backend is None else asked.pdf_backend,
+            ),
+        )
+
+    def worker_variables(self) -> list[str]:
+        """The variables of a worker's limits (WORKER_VARIABLES) set here to something
+        other than their default."""
+        default = ParseLimits()
+        return [
+            variable
+            for name, variable in WORKER_VARIABLES.items()
+            if getattr(self.limits, name) != getattr(default, name)
+        ]
 
     def where(self, short: bool = True) -> str:
         """Where the knowledge base is, for a person: the home (./.kb when it is under
@@ -115,6 +203,8 @@ class WorkerOptions:
     # on PostgreSQL, PRAGMA data_version on SQLite); this poll only covers a lost
     # wake-up.
     poll_seconds: float = 5.0
+    # The knowledge bases whose tasks it claims (`kb work --base`); none: every base.
+    bases: tuple[str, ...] = ()
 
 
 WORKER_DEFAULTS = WorkerOptions()
@@ -156,6 +246,7 @@ def resolve_settings(
         store = str(S3Location.parse(store))  # refused here when it names no valid bucket
     else:
         store = str(Path(store).expanduser().absolute())
+    chunk_chars, limits = _chunk_chars(), _parse_limits()
     return Settings(
         home=home_path,
         database_url=url,
@@ -164,9 +255,9 @@ def resolve_settings(
         busy_timeout_seconds=_env_seconds("KB_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT_SECONDS),
         embeddings=_embedding_settings(),
         vector_floor=_env_number("KB_VECTOR_FLOOR", DEFAULT_VECTOR_FLOOR, at_most=1),
-        limits=_parse_limits(),
+        limits=limits,
         chunk_batch=max(1, int(_env_number("KB_CHUNK_BATCH", DEFAULT_CHUNK_BATCH, int))),
-        chunk_chars=_chunk_chars(),
+        chunk_chars=chunk_chars,
         rerank=_rerank_settings(),
         vector_weight=_optional_number("KB_VECTOR_WEIGHT"),
         wake=_wake(),
@@ -174,6 +265,20 @@ def resolve_settings(
         vector_index_min_chunks=int(
             _env_number("KB_VECTOR_INDEX_MIN_CHUNKS", DEFAULT_VECTOR_INDEX_MIN_CHUNKS, int)
         ),
+        given=_given(chunk_chars, limits),
+    )
+
+
+def _given(chunk_chars: int, limits: ParseLimits) -> TaskSettings:
+    """The task settings whose variables are set (to something) in the environment."""
+
+    def given(name: str) -> bool:
+        return bool(os.environ.get(TASK_VARIABLES[name]))
+
+    return TaskSettings(
+        chunk_chars if given("chunk_chars") else None,
+        limits.ocr if given("ocr") else None,
+        limits.pdf_backend if given("pdf_backend") else None,
     )
 
 
@@ -205,6 +310,7 @@ def _parse_limits() -> ParseLimits:
         timeout_seconds=_env_seconds("KB_PARSE_TIMEOUT", default.timeout_seconds),
         max_memory_bytes=_memory_bytes("KB_PARSE_MAX_MEMORY_MB", default.max_memory_bytes),
         ocr=_ocr_mode(),
+        pdf_backend=_pdf_backend(),
         ocr_max_pages=int(_env_number("KB_OCR_MAX_PAGES", default.ocr_max_pages, int)),
         ocr_max_memory_bytes=_memory_bytes("KB_OCR_MAX_MEMORY_MB", default.ocr_max_memory_bytes),
     )
@@ -221,6 +327,14 @@ def _ocr_mode() -> str:
     if mode not in ("auto", "off", "force"):
         raise UsageError(f"KB_OCR must be auto, off or force; got {mode!r}")
     return mode
+
+
+def _pdf_backend() -> str:
+    """Which PDF library parses (parsers/pdf.py)."""
+    backend = os.environ.get("KB_PDF_BACKEND") or "auto"
+    if backend not in ("auto", "pypdf", "pdfium"):
+        raise UsageError(f"KB_PDF_BACKEND must be auto, pypdf or pdfium; got {backend!r}")
+    return backend
 
 
 def _embedding_settings() -> EmbeddingSettings:

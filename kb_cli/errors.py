@@ -68,10 +68,18 @@ class NoKnowledgeBaseYet(UsageError):
     created none: usage (exit 2), like any path that does not exist. `where` names the
     home (or the database) it looked in."""
 
-    def __init__(self, where: str, choose: str = "--home DIR or KB_HOME") -> None:
+    def __init__(
+        self, where: str, choose: str = "--home DIR or KB_HOME", base: str | None = None
+    ) -> None:
+        self.where, self.choose = where, choose
+        made = (
+            f"`kb base create {base}` creates a new one with that base"
+            if base
+            else "`kb upload FILE` creates a new one"
+        )
         super().__init__(
             f"no knowledge base in {where}: run kb where you created one, or choose it "
-            f"with {choose}; `kb upload FILE` creates a new one"
+            f"with {choose}; {made}"
         )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kb_cli import metadata, pending, queries
 from kb_cli.app import Kb, check_store_owner
+from kb_cli.config import TaskSettings
 from kb_cli.db import Connection
 from kb_cli.engines import TASKS_CHANNEL
 from kb_cli.errors import ConflictError, NotFoundError
@@ -161,9 +162,16 @@ def replace_revision(
     return renamed
 
 
-def submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskRecord:
+def submit(
+    conn: Connection,
+    actor: str,
+    document_id: str,
+    now: str,
+    asked: TaskSettings = TaskSettings(),
+) -> TaskRecord:
     """draft -> processing with a new queued task and its outbox event, in `conn`: the
-    task's record."""
+    task's record. The task carries the settings `asked` (what the queuing command was
+    given) and its document's base."""
     document = queries.existing_document(conn, document_id, lock=True)
     require_status(document, SUBMITTABLE, "submit")
     task_id = str(uuid.uuid4())
@@ -179,6 +187,8 @@ def submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskReco
         attempt=0,
         created_at=now,
         updated_at=now,
+        base=document.base,
+        settings=asked.to_json(),
     )
     if not move_document(
         conn,
@@ -202,7 +212,7 @@ def submit(conn: Connection, actor: str, document_id: str, now: str) -> TaskReco
                 task_id,
                 None,
                 TaskStatus.QUEUED,
-                f"document {document_id} revision {document.revision}",
+                f"document {document_id} revision {document.revision}" + _asked(asked),
                 at=now,
             )
         ],
@@ -244,8 +254,22 @@ def require_status(document: DocumentRow | None, allowed: tuple[DocStatus, ...],
         )
 
 
-def requeue(conn: Connection, actor: str, task_id: str, now: str) -> str:
-    """Requeue the failed task: its document's file name."""
+def _asked(asked: TaskSettings) -> str:
+    """What a history event says of the settings a task was queued with."""
+    return f"; settings {asked.describe()}" if asked.given() else ""
+
+
+def requeue(
+    conn: Connection,
+    actor: str,
+    task_id: str,
+    now: str,
+    given: TaskSettings = TaskSettings(),
+    new_revision: bool = False,
+) -> str:
+    """Requeue the failed task: its document's file name. A retry keeps the settings
+    the task was queued with, changed where the requeuing command was `given` others;
+    a task requeued for a new revision (reparse, sync) is asked afresh, as a submit."""
     task = queries.existing_task(conn, task_id, lock=True)
     document = queries.get_document(conn, task.document_id, lock=True)
     if document is None:
@@ -261,15 +285,17 @@ def requeue(conn: Connection, actor: str, task_id: str, now: str) -> str:
             f"task {task_id} is not the latest task of its document: "
             f"kb retry {document.id} retries the latest"
         )
+    asked = given if new_revision else given.over(TaskSettings.from_json(task.settings))
     requeued = requeue_task(
         conn,
         task,
         actor=actor,
         action="retry",
         required=True,
-        detail=f"was {task.error_code}",
+        detail=f"was {task.error_code}" + _asked(asked),
         revision=document.revision,
         updated_at=now,
+        settings=asked.to_json(),
     )
     move_document(
         conn,

@@ -59,11 +59,12 @@ class Rule:
 
 @dataclass(frozen=True)
 class Scope:
-    """Which bases a read may see: `reader` None means every base; `base` narrows to one;
-    `where` keeps the documents whose metadata matches every filter (`--where`)."""
+    """Which bases a read may see: `reader` None means every base; `bases` narrows to
+    those (none named: no narrowing); `where` keeps the documents whose metadata
+    matches every filter (`--where`)."""
 
     reader: str | None = None
-    base: str | None = None
+    bases: tuple[str, ...] = ()
     where: tuple[MetaFilter, ...] = ()
 
 
@@ -78,8 +79,11 @@ class Actor:
     def reads_every_base(self) -> bool:
         return self.role is None or self.role in READ_EVERY_BASE
 
-    def scope(self, base: str | None = None) -> Scope:
-        return Scope(None if self.reads_every_base else self.name, base)
+    def scope(self, *bases: str | None) -> Scope:
+        """The bases the actor may read, narrowed to `bases` (a None among them names
+        none: `scope(None)` is every readable base)."""
+        named = tuple(dict.fromkeys(base for base in bases if base is not None))
+        return Scope(None if self.reads_every_base else self.name, named)
 
 
 # Names that read well in a shell: no spaces, quotes or leading dash.

@@ -75,6 +75,7 @@ class TaskRow(NamedTuple):
     retry_at: str | None
     created_at: str
     updated_at: str
+    settings: str | None  # JSON: what the queuing command was given (config.TaskSettings)
 
     @classmethod
     def read(cls, values: Sequence[Any]) -> TaskRow:

@@ -150,6 +150,8 @@ def fill_documents(home: Path, count: int) -> None:
             )
         )
     conn.executemany(DOCUMENT_ROWS, docs)
-    conn.executemany("INSERT INTO ingestion_tasks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tasks)
+    conn.executemany(
+        "INSERT INTO ingestion_tasks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'default',NULL)", tasks
+    )
     conn.commit()
     conn.close()

@@ -16,6 +16,7 @@ from kb_cli.cli.shared import (
     open_kb,
     print_with_filenames,
     settings_of,
+    warn_worker_settings,
 )
 from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
@@ -120,6 +121,8 @@ def upload(
                 progress.close()
         console.warn_duplicates(uploaded.duplicates)
         console.note_skipped(uploaded.skipped)
+        if submit:
+            warn_worker_settings(kb.settings)
         records = uploaded.records
     print_with_filenames(records, json_out)
 
@@ -139,7 +142,9 @@ def submit(
     from kb_cli.services import documents
 
     kb, grant = open_granted(ctx, SUBMIT, document_id)
-    print_with_filenames([documents.submit_document(kb, grant.full_id)], json_out)
+    record = documents.submit_document(kb, grant.full_id)
+    warn_worker_settings(kb.settings)
+    print_with_filenames([record], json_out)
 
 
 PUBLISH = Rule("publish", REVIEWERS, Target.DOCUMENT)
@@ -171,11 +176,15 @@ def publish(
             help="Publish only if the document is still at this version (else exit 4).",
         ),
     ] = None,
+    base: BaseOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Publish a reviewed document: search serves it from now on.
 
-    Examples: kb publish 3f2a9c --if-version 4; kb publish --all-reviewed
+    With --base, only documents of that base: --all-reviewed publishes those, and a
+    DOCUMENT_ID of another base is not found.
+
+    Examples: kb publish 3f2a9c --if-version 4; kb publish --all-reviewed --base hr
     """
     from kb_cli.services import documents
 
@@ -186,14 +195,14 @@ def publish(
         )
     if all_reviewed and if_version is not None:
         raise UsageError("--if-version applies to one DOCUMENT_ID, not --all-reviewed")
-    kb, grant = open_granted(ctx, PUBLISH, document_id)
+    kb, grant = open_granted(ctx, PUBLISH, document_id, bases=[base])
     if document_id is not None:
         record = documents.publish_document(kb, grant.full_id, if_version)
         console.print_records([record], json_out)
         return
     published = []
     try:
-        for record in documents.publish_all_reviewed(kb):
+        for record in documents.publish_all_reviewed(kb, grant.bases):
             published.append(record)
     finally:  # what was published before an error (busy, Ctrl-C) is still reported
         console.print_records(published, json_out)
@@ -213,6 +222,7 @@ def reject(
             "--reason", metavar="TEXT", help="Why it is turned down (kept, shown in history)."
         ),
     ],
+    base: BaseOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Turn a document waiting for review down: it goes back to draft, or keeps serving
@@ -222,7 +232,7 @@ def reject(
     """
     from kb_cli.services import review
 
-    kb, grant = open_granted(ctx, REJECT, document_id)
+    kb, grant = open_granted(ctx, REJECT, document_id, bases=[base])
     record = review.reject_document(kb, grant.full_id, reason)
     console.print_records([record], json_out)
 
@@ -230,14 +240,19 @@ def reject(
 UNPUBLISH = Rule("unpublish", REVIEWERS, Target.DOCUMENT)
 
 
-def unpublish(ctx: typer.Context, document_id: DocumentId, json_out: JsonFlag = False) -> None:
+def unpublish(
+    ctx: typer.Context,
+    document_id: DocumentId,
+    base: BaseOption = None,
+    json_out: JsonFlag = False,
+) -> None:
     """Stop serving a document in search at once; `kb publish` serves it again.
 
-    Example: kb unpublish 3f2a9c
+    Example: kb unpublish 3f2a9c --base hr
     """
     from kb_cli.services import review
 
-    kb, grant = open_granted(ctx, UNPUBLISH, document_id)
+    kb, grant = open_granted(ctx, UNPUBLISH, document_id, bases=[base])
     record = review.unpublish_document(kb, grant.full_id)
     console.print_records([record], json_out)
 
@@ -274,6 +289,7 @@ def delete(
 
     A running task is cancelled first. Afterwards the documents are not found, and
     `kb history ID` still shows their trail. On a terminal, kb asks first (--yes skips).
+    With ids, --base keeps them to that base: an id of another is not found.
 
     Examples: kb delete 3f2a9c; kb delete --status failed --base finance --dry-run
     """
@@ -283,10 +299,10 @@ def delete(
     if status is not None and status not in _LISTED_STATUSES:
         raise UsageError(f"--status is one of: {', '.join(_LISTED_STATUSES)}")
     rule, target = (DELETE, refs[0]) if refs else (DELETE_IN_BASE, base)
-    # With a filter as well, `plan` refuses the mix before the other ids are looked up.
-    more = refs[1:] if status is None and base is None else []
-    kb, grant = open_granted(ctx, rule, target, more=more)
-    planned = removal.plan(kb, grant.ids, status, base)
+    # With --status as well, `plan` refuses the mix before the other ids are looked up.
+    more = refs[1:] if status is None else []
+    kb, grant = open_granted(ctx, rule, target, more=more, bases=[base] if refs else [])
+    planned = removal.plan(kb, grant.ids, status, None if refs else base)
     if not dry_run and planned and not yes and not console.confirm_deletion(planned):
         raise typer.Exit(1)
     done = planned if dry_run else removal.delete(kb, planned)

@@ -7,10 +7,10 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import BaseOption, JsonFlag, finite_number, open_kb
-from kb_cli.permissions import READERS, WORKERS, Rule, Target
+from kb_cli.cli.shared import BasesOption, JsonFlag, finite_number, open_kb
+from kb_cli.permissions import READERS, WORKERS, Rule
 
-EVENTS = Rule("events", READERS, Target.BASE)
+EVENTS = Rule("events", READERS)
 
 
 def events(
@@ -30,7 +30,7 @@ def events(
             help="Only events after this event id (the last one a script has seen).",
         ),
     ] = 0,
-    base: BaseOption = None,
+    base: BasesOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Lifecycle events of the bases you may read, oldest first: a task succeeded,
@@ -39,21 +39,22 @@ def events(
 
     Exit code 0, also when --follow is stopped by SIGINT/SIGTERM.
 
-    Examples: kb events --since 120 --json; kb events --follow --base handbooks
+    Examples: kb events --since 120 --json; kb events --follow --base handbooks --base hr
     """
     from kb_cli.services import events as events_service
 
-    kb = open_kb(ctx, EVENTS, base)
+    bases = tuple(base or ())
+    kb = open_kb(ctx, EVENTS, bases=bases)
     name_of = events_service.file_names(kb)
     if not follow:
-        for event in events_service.list_events(kb, since, base):
+        for event in events_service.list_events(kb, since, bases):
             console.print_event(event, json_out, name_of)
         return
     from kb_cli.worker import stop_on_signals
 
     stop = threading.Event()
     stop_on_signals(stop, lambda _signal: None)
-    for event in events_service.follow_events(kb, since, base, stop):
+    for event in events_service.follow_events(kb, since, bases, stop):
         console.print_event(event, json_out, name_of)
 
 

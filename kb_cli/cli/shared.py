@@ -14,7 +14,7 @@ import typer
 
 from kb_cli import console
 from kb_cli.config import MAX_SECONDS
-from kb_cli.permissions import Rule
+from kb_cli.permissions import DEFAULT_BASE, Rule, Target
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -79,13 +79,19 @@ def invocation_of(ctx: typer.Context) -> Invocation:
     return invocation
 
 
-def open_kb(ctx: typer.Context, rule: Rule, target: str | None = None, create: bool = False):
+def open_kb(
+    ctx: typer.Context,
+    rule: Rule,
+    target: str | None = None,
+    create: bool = False,
+    bases: Sequence[str | None] = (),
+):
     """Connect, then run the guard: the command's rule (the roles it needs, the base of
     what it names) against the caller's token. The context returned acts as the caller
     the guard established. Only the commands that put something in a knowledge base
     (upload, sync, `user add`, `base create`) pass `create=True`; every other one is refused
     where there is none, and creates nothing."""
-    return open_granted(ctx, rule, target, create)[0]
+    return open_granted(ctx, rule, target, create, bases=bases)[0]
 
 
 def open_granted(
@@ -94,21 +100,41 @@ def open_granted(
     target: str | None = None,
     create: bool = False,
     more: Sequence[str] = (),
+    bases: Sequence[str | None] = (),
 ) -> tuple[Kb, Grant]:
     """`open_kb`, and what the guard resolved: the full id (and kind) of the `target` a
-    command names, and of the `more` ids it names, for the command to pass down."""
-    from kb_cli.app import Kb
+    command names, and of the `more` ids it names, for the command to pass down;
+    `bases` keep the command to those bases (`--base`; None: not given)."""
     from kb_cli.services import access
 
     settings = settings_of(ctx)
-    kb = Kb.open(settings, create=create)
+    kept = [base for base in bases if base is not None]
+    named = [target] if rule.acts_on == Target.BASE and target is not None else []
+    kb = _open(settings, create, [base for base in [*named, *kept] if base != DEFAULT_BASE])
     invocation_of(ctx).opened.append(kb.db)
     if kb.created:  # said once the command succeeded (boundary), so a home made in the
         invocation_of(ctx).created = settings.where()  # wrong directory is noticed
-    grant = access.authorize(kb, rule, target, more)
+    grant = access.authorize(kb, rule, target, more, kept)
     kb = kb.acting_as(grant.actor)
     invocation_of(ctx).session = Session(kb, rule.command, target)
     return kb, grant
+
+
+def _open(settings: Settings, create: bool, named: list[str]) -> Kb:
+    """The knowledge base, made on first use when `create`. A new one would hold only
+    the default base: a command that names another (`named`) makes nothing, and says
+    how to make that base."""
+    from kb_cli.app import Kb, no_such_base
+    from kb_cli.errors import NoKnowledgeBaseYet
+
+    try:
+        return Kb.open(settings, create=create and not named)
+    except NoKnowledgeBaseYet as missing:
+        if not named:
+            raise
+        if create:  # the command would have made the home, and the base still be missing
+            raise no_such_base(named[0], [DEFAULT_BASE], missing) from None
+        raise NoKnowledgeBaseYet(missing.where, missing.choose, named[0]) from None
 
 
 def settings_of(ctx: typer.Context) -> Settings:
@@ -117,6 +143,22 @@ def settings_of(ctx: typer.Context) -> Settings:
     options = invocation_of(ctx).options
     assert options is not None  # the callback runs before every command
     return resolve_settings(options.home, options.database_url, options.object_store)
+
+
+def warn_worker_settings(settings: Settings) -> None:
+    """A command that queues tasks, run with a worker's limits set (KB_PARSE_TIMEOUT,
+    KB_MAX_PAGES, ...): say that the tasks do not carry them, instead of ignoring them
+    in silence. Only a value other than the default is named: a shell that exports the
+    defaults (or nothing) is not warned."""
+    names = settings.worker_variables()
+    if not names:
+        return
+    many = len(names) > 1
+    listed = f"{', '.join(names[:-1])} and {names[-1]}" if many else names[0]
+    console.warn(
+        f"{listed}: a worker's limit{'s' if many else ''}, which a task does not carry; the "
+        f"worker that runs it uses its own (set {'them' if many else 'it'} where kb work runs)"
+    )
 
 
 def print_with_filenames(records: list[Any], json_out: bool) -> None:
@@ -151,6 +193,16 @@ def finite_number(ctx: typer.Context, param: typer.CallbackParam, value: float |
 BaseOption = Annotated[
     str | None,
     typer.Option("--base", metavar="NAME", help="Only this knowledge base.", show_default=False),
+]
+
+BasesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--base",
+        metavar="NAME",
+        help="Only this knowledge base (repeat for several).",
+        show_default=False,
+    ),
 ]
 
 TeamOption = Annotated[

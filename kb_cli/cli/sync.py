@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import JsonFlag, YesFlag, open_granted, open_kb
+from kb_cli.cli.shared import JsonFlag, YesFlag, open_granted, open_kb, warn_worker_settings
 from kb_cli.permissions import DEFAULT_BASE, EDITORS, Rule, Target
 
 SYNC = Rule("sync", EDITORS, Target.BASE)
@@ -95,6 +95,8 @@ def sync(
     finally:
         display.close()
     display.summary(summary)
+    if not dry_run and (summary.counts[service.ADDED] or summary.counts[service.CHANGED]):
+        warn_worker_settings(kb.settings)
     failed = summary.counts[service.FAILED]
     if failed:
         raise SyncIncomplete(
@@ -150,4 +152,6 @@ def reparse(
     if not dry_run and bulk and planned and not yes and not console.confirm_reparse(planned):
         raise typer.Exit(1)
     done = planned if dry_run else service.reparse(kb, planned)
+    if any(item.queued for item in done):
+        warn_worker_settings(kb.settings)
     console.print_reparse(done, json_out, dry_run)

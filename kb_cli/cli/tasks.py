@@ -1,6 +1,7 @@
 """Tasks and workers: `kb status` (with `--wait`), `kb cancel`, `kb retry`, `kb work`
 (with its signal handling), `kb history`."""
 
+import dataclasses
 import os
 import sys
 import threading
@@ -10,12 +11,14 @@ import typer
 
 from kb_cli import console
 from kb_cli.cli.shared import (
+    BasesOption,
     JsonFlag,
     WhereOption,
     finite_number,
     open_granted,
     open_kb,
     print_with_filenames,
+    warn_worker_settings,
 )
 from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import UsageError, WaitTimeout
@@ -90,21 +93,27 @@ def status(
         ),
     ] = None,
     where: WhereOption = None,
+    base: BasesOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Show a task, a document, or every document (newest first).
 
-    Examples: kb status; kb status 3f2a9c --wait --timeout 60; kb status --status failed
+    With --base, only the documents of that base (repeat for several); an ID of
+    another base is not found.
+
+    Examples: kb status; kb status 3f2a9c --wait --timeout 60; kb status --status failed;
+    kb status --base hr --base finance
     """
     from kb_cli import metadata
     from kb_cli.services import documents, tasks
 
     filters = metadata.parse_where(where or [])
+    bases = tuple(base or ())
     if entity_id is None:
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
-        kb = open_kb(ctx, STATUS)
-        records = documents.list_document_records(kb, status_filter, error_code, filters)
+        kb = open_kb(ctx, STATUS, bases=bases)
+        records = documents.list_document_records(kb, status_filter, error_code, filters, bases)
         shown = records[:limit] if limit else records
         if json_out:
             console.print_records(shown, True)
@@ -118,7 +127,7 @@ def status(
         )
     if timeout is not None and not wait:
         raise UsageError("--timeout only applies with --wait")
-    kb, grant = open_granted(ctx, STATUS, entity_id, create=False)
+    kb, grant = open_granted(ctx, STATUS, entity_id, bases=bases)
     if not wait:
         print_with_filenames([tasks.get_record(kb, grant.full_id, grant.kind)], json_out)
         return
@@ -227,6 +236,8 @@ def retry(
         records = tasks.retry_all_failed(kb, error_code)
     else:
         records = [tasks.retry_task(kb, grant.full_id, grant.kind)]
+    if records:
+        warn_worker_settings(kb.settings)
     print_with_filenames(records, json_out)
     if not records:  # said like publish --all-reviewed's
         with_code = f" with {error_code}" if error_code else ""
@@ -322,6 +333,16 @@ def work(
             "should a wake-up be lost.",
         ),
     ] = WORKER_DEFAULTS.poll_seconds,
+    base: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--base",
+            metavar="NAME",
+            help="Claim only the tasks of documents in this knowledge base (repeat for "
+            "several); a TASK_ID of another base is not found.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Claim tasks and run them: download, parse, embedding, indexing, finalizing.
@@ -330,7 +351,8 @@ def work(
     was nothing to claim or another worker won the race. The first SIGINT/SIGTERM
     releases the current task at the next safe point; a second one exits at once.
 
-    Examples: kb work --drain; kb work --loop --worker-id A --stage-delay 0.5
+    Examples: kb work --drain; kb work --loop --worker-id A --stage-delay 0.5;
+    kb work --loop --base hr
     """
     from kb_cli.worker import Worker, WorkerOptions, default_worker_id, stop_on_signals
 
@@ -360,10 +382,10 @@ def work(
         listener = console.PlainWorkerLog(options.worker_id)
     stop = threading.Event()
     stop_on_signals(stop, console.stopping)
-    kb, grant = open_granted(ctx, WORK, task_id)
+    kb, grant = open_granted(ctx, WORK, task_id, bases=base or ())
     if not json_out:
         listener.started(kb.settings.where(), kb.settings.store_where())
-    worker = Worker(kb, options, listener, stop)
+    worker = Worker(kb, dataclasses.replace(options, bases=grant.bases), listener, stop)
     limit = None if (loop or drain) else (max_tasks or 1)
     worked = False
     try:
@@ -378,14 +400,14 @@ def work(
     finally:
         listener.close()
     if not worked and task_id is None and not json_out:
-        _hint_drafts(kb)
+        _hint_drafts(kb, grant.bases)
 
 
-def _hint_drafts(kb) -> None:
+def _hint_drafts(kb, bases: tuple[str, ...]) -> None:
     """Nothing was claimable: uploads without --submit are drafts no worker takes."""
     from kb_cli.services import documents
 
-    drafts = documents.list_document_records(kb, "draft")
+    drafts = documents.list_document_records(kb, "draft", bases=bases)
     if drafts:
         console.print_drafts_waiting(len(drafts), drafts[0].document_id)
 

@@ -30,7 +30,8 @@ REVISIONS = (
     "0014_pending_objects",
     "0015_lexical_index",
     "0016_chunk_runs",
-    "0017_chunk_page_end",
+    "0017_task_requests",
+    "0018_review_facts",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

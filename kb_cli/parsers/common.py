@@ -41,6 +41,9 @@ class ParseLimits:
     # parse child's limit rises to KB_OCR_MAX_MEMORY_MB when it starts reading one:
     # one page grew its address space by 516-1,200 MiB (docs/limits.md).
     ocr: str = "auto"
+    # KB_PDF_BACKEND: auto (pdfium when installed, falling back to pypdf), pypdf or
+    # pdfium (parsers/pdf.py). With `ocr`, a setting that travels with a task.
+    pdf_backend: str = "auto"
     ocr_max_pages: int = 300  # KB_OCR_MAX_PAGES: pages read by OCR in one document
     ocr_max_memory_bytes: int = 1536 * 1024 * 1024  # KB_OCR_MAX_MEMORY_MB
 

@@ -34,9 +34,6 @@ from kb_cli.parsers.common import Block, Budget, ParseLimits, ProgressCallback
 
 _HEADER = struct.Struct("!Q")
 _POLL_SECONDS = 0.1
-# Settings a parser reads from the environment, sent with each request: the server's
-# own copy of the environment is as old as the server.
-_PARSER_ENVIRONMENT = ("KB_PDF_BACKEND",)
 
 
 @dataclass
@@ -66,8 +63,7 @@ def run(
     module.preload()
     with _one_at_a_time:
         server = _running_server(budget.limits.max_memory_bytes, _ocr_memory(budget.limits))
-        environment = {name: os.environ.get(name) for name in _PARSER_ENVIRONMENT}
-        _send(server.requests, (module.__name__, str(path), budget.limits, environment))
+        _send(server.requests, (module.__name__, str(path), budget.limits))
         try:
             reply = _collect(server, on_progress, budget.limits, checkpoint)
         except BaseException:
@@ -154,12 +150,7 @@ def _serve(requests: int, replies: int, memory: int, ocr_memory: int) -> None:
 def _parse_request(
     request: tuple[Any, ...], replies: int, base: int | None, memory: int
 ) -> tuple[Any, ...]:
-    name, path, limits, environment = request
-    for variable, value in environment.items():
-        if value is None:
-            os.environ.pop(variable, None)
-        else:
-            os.environ[variable] = value
+    name, path, limits = request
     module = importlib.import_module(name)
     progress = lambda done, total: _send(replies, ("progress", done, total))  # noqa: E731
     try:

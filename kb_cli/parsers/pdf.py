@@ -3,8 +3,8 @@
 pypdfium2 (the optional `fast-pdf` extra) is used when installed: it extracts text
 several times faster. pypdf is always there, as the fallback for whatever pdfium
 cannot open or cannot load a page of, and as the backend when pdfium is absent.
-KB_PDF_BACKEND=pypdf or pdfium picks one explicitly. Pages and characters count
-against the parse's budget as they are read.
+KB_PDF_BACKEND=pypdf or pdfium (the parse's limits carry it) picks one explicitly. Pages
+and characters count against the parse's budget as they are read.
 
 Scanned pages are read by OCR (parsers/ocr.py) when the `ocr` extra is installed, with
 pdfium. Without it, a document whose only content is images fails as empty, saying
@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 from pathlib import Path
 
 from kb_cli.errors import DocumentTooLarge, ParseError, ScannedWithoutOcr, UnreadableScan
 from kb_cli.parsers import ocr
-from kb_cli.parsers.common import Block, Budget, ProgressCallback
+from kb_cli.parsers.common import Block, Budget, ParseLimits, ProgressCallback
 
 
 def preload() -> None:
@@ -31,20 +30,21 @@ def preload() -> None:
         import pypdfium2  # noqa: F401
 
 
-def backend() -> str:
+def backend(limits: ParseLimits) -> str:
     """`pypdf`, `pdfium`, or `auto` (pdfium, falling back to pypdf on a parse error),
-    as KB_PDF_BACKEND asks and the installed packages allow."""
-    chosen = os.environ.get("KB_PDF_BACKEND", "auto")
+    as the limits (KB_PDF_BACKEND) ask and the installed packages allow."""
+    chosen = limits.pdf_backend
     return "pypdf" if chosen == "auto" and not pdfium_available() else chosen
 
 
 def parse(path: Path, on_progress: ProgressCallback, budget: Budget) -> list[Block]:
-    if backend() == "pypdf":
+    chosen = backend(budget.limits)
+    if chosen == "pypdf":
         return parse_with_pypdf(path, on_progress, budget)
     try:
         return parse_with_pdfium(path, on_progress, Budget(budget.limits))
     except ParseError as error:
-        if backend() == "pdfium" or isinstance(error, UnreadableScan):
+        if chosen == "pdfium" or isinstance(error, UnreadableScan):
             raise
         return parse_with_pypdf(path, on_progress, budget)
 
@@ -62,7 +62,7 @@ def parse_with_pdfium(path: Path, on_progress: ProgressCallback, budget: Budget)
         if "password" in str(error).lower():
             raise ParseError("the PDF is encrypted with a password") from error
         raise ParseError(f"pdfium cannot open the PDF: {error}") from error
-    mode = ocr_mode(budget)
+    mode = ocr_mode(budget.limits)
     try:
         total = len(document)
         budget.pages(total)
@@ -86,15 +86,9 @@ def parse_with_pdfium(path: Path, on_progress: ProgressCallback, budget: Budget)
         document.close()
 
 
-def ocr_mode(budget: Budget) -> str:
+def ocr_mode(limits: ParseLimits) -> str:
     """The KB_OCR setting where the extra is installed; `off` where it is not."""
-    return budget.limits.ocr if ocr.available() else "off"
-
-
-def ocr_setting() -> str:
-    """ocr_mode from the environment, for a kept parse's key (artefacts.py): a parse
-    made with OCR off is not reused once OCR reads scans."""
-    return (os.environ.get("KB_OCR") or "auto") if ocr.available() else "off"
+    return limits.ocr if ocr.available() else "off"
 
 
 def _ocr_pages(count: int, budget: Budget) -> None:

@@ -54,7 +54,8 @@ class NewUser:
 class Grant:
     """What the guard established before a command acts: the caller, and what the
     command names, resolved once: the full `id` and its `kind` ("documents", "tasks" or
-    "deleted"), or the `base` it names (the guard read no row, so it carries none). A
+    "deleted"), or the `base` it names (the guard read no row, so it carries none); and
+    the `bases` the command is kept to (`--base`), each one the caller may read. A
     command passes these down; the services take full ids and resolve nothing again."""
 
     actor: Actor
@@ -62,6 +63,7 @@ class Grant:
     id: str | None = None
     base: str | None = None
     more_ids: tuple[str, ...] = ()  # the further ids of a command that names several
+    bases: tuple[str, ...] = ()
 
     @property
     def full_id(self) -> str:
@@ -76,27 +78,44 @@ class Grant:
         return list(dict.fromkeys(([self.id] if self.id else []) + list(self.more_ids)))
 
 
-def authorize(kb: Kb, rule: Rule, target: str | None = None, more: Sequence[str] = ()) -> Grant:
+Refusal = tuple[str | None, KbError, str]  # (the hidden entity, the error, why)
+
+
+def authorize(
+    kb: Kb,
+    rule: Rule,
+    target: str | None = None,
+    more: Sequence[str] = (),
+    bases: Sequence[str] = (),
+) -> Grant:
     """The one guard, run before a command changes anything: the caller's role must be
     one of the rule's, and what the command names (a document, a task, a base) must lie
-    in a base the caller may read. Returns the caller and the target resolved (`more`:
-    further ids of the rule's kind, resolved as not_found where the caller may not read
-    them, unaudited). A refusal is written to the audit trail (who, what, why) and
-    raised: `forbidden` for the role, `not_found` for a base the caller may not read,
-    exactly as if the target did not exist."""
+    in a base the caller may read. `bases` keep the command to those bases (`--base`):
+    each must be one the caller may read, and an id outside them is not found. Returns
+    the caller and the target resolved (`more`: further ids of the rule's kind, resolved
+    as not_found where the caller may not read them, unaudited). A refusal is written to
+    the audit trail (who, what, why) and raised: `forbidden` for the role, `not_found`
+    for a base the caller may not read, exactly as if the target did not exist."""
     open_mode = False
+    bases = tuple(dict.fromkeys(bases))
     try:
         with kb.db.read() as conn:
             open_mode = not queries.admin_exists(conn)
             if open_mode:  # a single person on a laptop reads every base
-                grant = _resolve(conn, kb.actor, rule.acts_on, target, rule.command)
+                for name in bases:
+                    require_base(conn, kb.scope, name)
+                grant = _resolve(conn, kb.actor, rule.acts_on, target, bases, rule.command)
                 return _with_more(conn, grant, rule.acts_on, more, rule.command)
             user = _user_for_token(conn, os.environ.get("KB_TOKEN", ""))
             actor, refusal = _check_role(user, rule)
-            grant = Grant(actor)
+            grant = Grant(actor, bases=bases)
+            for name in bases if refusal is None else ():
+                refusal = _base_refusal(conn, actor, name)
+                if refusal is not None:
+                    break
             if refusal is None and rule.acts_on is not None and target is not None:
                 grant, refusal = _resolve_visible(
-                    conn, actor, rule.acts_on, target, more, rule.command
+                    conn, actor, rule.acts_on, target, more, bases, rule.command
                 )
     except KbError as failure:
         if open_mode and failure.is_refusal:  # an overlong id: audited, as a service's refusal is
@@ -113,13 +132,13 @@ def authorize(kb: Kb, rule: Rule, target: str | None = None, more: Sequence[str]
         raise error
     if target is not None:
         entity = BASE_PREFIX + target if rule.acts_on == Target.BASE else target
+    elif bases:  # a command kept to bases names those
+        entity = BASE_PREFIX + bases[0]
     record_refusal(kb, actor.name, rule.command, entity, why)
     raise error
 
 
-def _check_role(
-    user: UserRow | None, rule: Rule
-) -> tuple[Actor, tuple[str | None, KbError, str] | None]:
+def _check_role(user: UserRow | None, rule: Rule) -> tuple[Actor, Refusal | None]:
     """The caller (the user KB_TOKEN names), and (None, forbidden, why) when the token
     or its role refuses."""
     if user is None:
@@ -136,22 +155,37 @@ def _check_role(
     return actor, (None, ForbiddenError(f"forbidden: {why}"), why)
 
 
+def _base_refusal(conn: Connection, actor: Actor, name: str) -> Refusal | None:
+    """None when the actor may read base `name`; the refusal to audit when it exists
+    but the actor may not read it. A base that does not exist raises its not_found
+    here, unaudited (the message is the same either way)."""
+    try:
+        require_base(conn, actor.scope(), name)
+    except NotFoundError as error:
+        if actor.reads_every_base or not queries.base_exists(conn, name):
+            raise
+        return BASE_PREFIX + name, error, f"base {name} is not readable by {actor.name}"
+    return None
+
+
 def _resolve(
     conn: Connection,
     actor: Actor,
     acts_on: Target | None,
     target: str | None,
+    bases: tuple[str, ...] = (),
     verb: str | None = None,
 ) -> Grant:
-    """What the command `verb` names, resolved in the actor's bases (a base is taken as
-    named: the command's own transaction checks it). Raises not_found or ambiguous as
-    app.resolve_id does."""
+    """What the command `verb` names, resolved in the actor's bases (narrowed to `bases`).
+    Raises not_found or ambiguous as app.resolve_id does, and not_found for a base
+    the actor may not read."""
     if acts_on is None or target is None:
-        return Grant(actor)
+        return Grant(actor, bases=bases)
     if acts_on == Target.BASE:
-        return Grant(actor, base=target)
-    kind, entity_id = resolve_id(conn, actor.scope(), target, *_KINDS[acts_on], verb=verb)
-    return Grant(actor, kind, entity_id)
+        require_base(conn, actor.scope(), target)
+        return Grant(actor, base=target, bases=bases)
+    kind, entity_id = resolve_id(conn, actor.scope(*bases), target, *_KINDS[acts_on], verb=verb)
+    return Grant(actor, kind, entity_id, bases=bases)
 
 
 def _with_more(
@@ -165,7 +199,7 @@ def _with_more(
     may not read is not found, as any other (not audited: the guard's target is)."""
     if not more or acts_on is None or acts_on == Target.BASE:
         return grant
-    scope = grant.actor.scope()
+    scope = grant.actor.scope(*grant.bases)
     more_ids = tuple(resolve_id(conn, scope, ref, *_KINDS[acts_on], verb=verb)[1] for ref in more)
     return dataclasses.replace(grant, more_ids=more_ids)
 
@@ -176,30 +210,29 @@ def _resolve_visible(
     acts_on: Target,
     target: str,
     more: Sequence[str],
+    bases: tuple[str, ...],
     verb: str | None = None,
-) -> tuple[Grant, tuple[str, KbError, str] | None]:
+) -> tuple[Grant, Refusal | None]:
     """The target resolved, or (entity, not_found, why) when it exists but outside the
-    actor's bases; a target that does not exist at all raises its not_found here,
-    unaudited."""
+    actor's bases; a target that does not exist at all, or lies in a readable base
+    outside `bases`, raises its not_found here, unaudited."""
+    if acts_on == Target.BASE:
+        refusal = _base_refusal(conn, actor, target)
+        return Grant(actor, base=target, bases=bases), refusal
     try:
-        if acts_on == Target.BASE:
-            require_base(conn, actor.scope(), target)
-            return Grant(actor, base=target), None
-        grant = _resolve(conn, actor, acts_on, target, verb)
+        grant = _resolve(conn, actor, acts_on, target, bases, verb)
     except NotFoundError as error:
         if actor.reads_every_base:  # the lookup over every base would find nothing either
             raise
-        if acts_on == Target.BASE:
-            if not queries.base_exists(conn, target):
-                raise
-            base, entity = target, BASE_PREFIX + target
-        else:
-            try:  # the same lookup over every base, for the audit trail only
-                entity = resolve_id(conn, EVERY_BASE, target, *_KINDS[acts_on])[1]
-            except KbError:  # missing, or ambiguous only among rows the caller cannot see
-                raise error from None
-            base = queries.base_of(conn, entity) or "?"
-        return Grant(actor), (entity, error, f"base {base} is not readable by {actor.name}")
+        try:  # the same lookup over every base, for the audit trail only
+            entity = resolve_id(conn, EVERY_BASE, target, *_KINDS[acts_on])[1]
+        except KbError:  # missing, or ambiguous only among rows the caller cannot see
+            raise error from None
+        base = queries.base_of(conn, entity)
+        if base is not None and queries.base_exists(conn, base, actor.scope()):
+            raise error  # readable, only outside the bases the command was kept to
+        why = f"base {base or '?'} is not readable by {actor.name}"
+        return Grant(actor), (entity, error, why)
     return _with_more(conn, grant, acts_on, more, verb), None
 
 

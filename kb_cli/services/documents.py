@@ -106,7 +106,9 @@ def upload(
             duplicates = _duplicates(conn, base, inserted)
             if submit:
                 records: list[TaskRecord] | list[DocumentRecord] = [
-                    intake.submit(conn, kb.actor.name, new.document_id, kb.timestamp())
+                    intake.submit(
+                        conn, kb.actor.name, new.document_id, kb.timestamp(), kb.settings.given
+                    )
                     for new in inserted
                 ]
             else:
@@ -251,7 +253,7 @@ def replace(kb: Kb, path: Path, document_id: str, meta: dict[str, str] | None = 
 
 def submit_document(kb: Kb, document_id: str) -> TaskRecord:
     with kb.db.write() as conn:
-        return intake.submit(conn, kb.actor.name, document_id, kb.timestamp())
+        return intake.submit(conn, kb.actor.name, document_id, kb.timestamp(), kb.settings.given)
 
 
 def publish_document(kb: Kb, document_id: str, if_version: int | None = None) -> DocumentRecord:
@@ -293,12 +295,14 @@ def publish_document(kb: Kb, document_id: str, if_version: int | None = None) ->
         return queries.document_record(conn, document_id)
 
 
-def publish_all_reviewed(kb: Kb) -> Iterator[DocumentRecord]:
-    """Publish every review_pending document of the caller's bases, each in its own
-    transaction, yielding its record as it is published. One that moved on meanwhile (a
-    reviewer rejected, published or deleted it) is left as it is, not an error."""
+def publish_all_reviewed(kb: Kb, bases: tuple[str, ...] = ()) -> Iterator[DocumentRecord]:
+    """Publish every review_pending document of the caller's bases (of `bases` only,
+    when named), each in its own transaction, yielding its record as it is published.
+    One that moved on meanwhile (a reviewer rejected, published or deleted it) is left
+    as it is, not an error."""
+    scope = kb.actor.scope(*bases)
     with kb.db.read() as conn:
-        waiting = queries.list_documents(conn, DocStatus.REVIEW_PENDING, scope=kb.scope)
+        waiting = queries.list_documents(conn, DocStatus.REVIEW_PENDING, scope=scope)
     for document in waiting:  # newest first, as `kb status` lists them
         try:
             yield publish_document(kb, document.document_id)
@@ -311,8 +315,10 @@ def list_document_records(
     status: str | None = None,
     error_code: str | None = None,
     where: tuple[metadata.MetaFilter, ...] = (),
+    bases: tuple[str, ...] = (),
 ) -> list[DocumentRecord]:
-    scope = dataclasses.replace(kb.scope, where=where)
+    """The documents of the caller's bases (of `bases` only, when named), newest first."""
+    scope = dataclasses.replace(kb.actor.scope(*bases), where=where)
     with kb.db.read() as conn:
         return queries.list_documents(conn, status, error_code, scope=scope)
 

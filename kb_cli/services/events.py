@@ -29,17 +29,18 @@ GAP_POLL_SECONDS = 0.5
 class EventCursor:
     """Where a reader is: the newest id read, and the ids below it not seen yet."""
 
-    def __init__(self, after: int, kb: Kb, base: str | None, following: bool = False) -> None:
+    def __init__(self, after: int, kb: Kb, bases: tuple[str, ...], following: bool = False) -> None:
         if not 0 <= after <= LARGEST_INTEGER:
             raise UsageError(f"--since is an event id, from 0 to {LARGEST_INTEGER}")
-        if base is not None:
+        if bases:
             with kb.db.read() as conn:
-                require_base(conn, kb.scope, base)
+                for base in bases:
+                    require_base(conn, kb.scope, base)
         self.after = after
         self.following = following  # long-running: each read checks the caller again
         self.gaps: dict[int, float] = {}  # id -> when to stop looking for it
 
-    def read(self, kb: Kb, base: str | None) -> list[EventRecord]:
+    def read(self, kb: Kb, bases: tuple[str, ...]) -> list[EventRecord]:
         """The next events the caller may read, oldest first (at most a page); when
         following, refused once the caller was disabled or its token replaced."""
         now = time.monotonic()
@@ -47,7 +48,7 @@ class EventCursor:
         with kb.db.read() as conn:
             if self.following:
                 require_caller(conn, kb.actor)
-            scope = kb.actor.scope(base)
+            scope = kb.actor.scope(*bases)
             rows = queries.events_after(conn, scope, self.after, list(self.gaps), PAGE)
         return [
             EventRecord.from_row(row) for row, readable in rows if self._advance(row, readable, now)
@@ -61,30 +62,30 @@ class EventCursor:
         return readable
 
 
-def list_events(kb: Kb, since: int, base: str | None) -> Iterator[EventRecord]:
-    """Every event after `since` of the readable bases (or of `base`), oldest first."""
-    cursor = EventCursor(since, kb, base)
+def list_events(kb: Kb, since: int, bases: tuple[str, ...] = ()) -> Iterator[EventRecord]:
+    """Every event after `since` of the readable bases (or of `bases`), oldest first."""
+    cursor = EventCursor(since, kb, bases)
     while True:
         before = cursor.after
-        yield from cursor.read(kb, base)
+        yield from cursor.read(kb, bases)
         if cursor.after == before:
             return
 
 
 def follow_events(
-    kb: Kb, since: int, base: str | None, stop: threading.Event
+    kb: Kb, since: int, bases: tuple[str, ...], stop: threading.Event
 ) -> Iterator[EventRecord]:
     """As list_events, then every new event as it commits, until `stop` is set. Each
     look checks the caller again, and a lost database server is reconnected to
     (db.outlasting_outages)."""
-    cursor = EventCursor(since, kb, base, following=True)
+    cursor = EventCursor(since, kb, bases, following=True)
     watch = kb.db.watch(EVENTS_CHANNEL)
     try:
         while not stop.is_set():
             before = cursor.after
             try:
                 events = outlasting_outages(
-                    lambda: cursor.read(kb, base), stop, kb.settings.reconnect_seconds
+                    lambda: cursor.read(kb, bases), stop, kb.settings.reconnect_seconds
                 )
             except StopRequested:
                 return

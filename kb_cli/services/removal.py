@@ -45,7 +45,7 @@ def plan(
     """The documents named (full ids, as the guard resolved them) or matching the
     filter, in the caller's readable bases."""
     if document_ids and (status or base):
-        raise UsageError("give document ids or a filter (--status, --base), not both")
+        raise UsageError("give document ids or --status, not both")
     if not document_ids and not (status or base):
         raise UsageError("say what to delete: document ids, or --status S and/or --base NAME")
     with kb.db.read() as conn:

@@ -98,10 +98,12 @@ def _queue(kb: Kb, document_id: str) -> Reparse:
         )
         queries.delete_artefacts(conn, document_id)
         if new_status == DocStatus.FAILED and document.latest_task_id is not None:
-            intake.requeue(conn, actor, document.latest_task_id, now)
+            intake.requeue(
+                conn, actor, document.latest_task_id, now, kb.settings.given, new_revision=True
+            )
             task_id = document.latest_task_id
         else:
-            task_id = intake.submit(conn, actor, document_id, now).task_id
+            task_id = intake.submit(conn, actor, document_id, now, kb.settings.given).task_id
         row = queries.existing_document(conn, document_id)
     return Reparse(row.id, row.filename, row.base, row.status, row.revision, task_id, True)
 

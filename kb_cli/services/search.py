@@ -172,15 +172,17 @@ def _why_nothing(conn: Connection, scope: Scope) -> str:
     read, no document, nothing published, nothing that the metadata filters keep, or
     no passage that answers."""
     counts = queries.search_scope_counts(conn, scope)
-    within = f"base {scope.base}" if scope.base is not None else "the bases you may read"
-    has = "has" if scope.base is not None else "have"
+    named = scope.bases
+    within = f"base{'s' if len(named) > 1 else ''} {', '.join(named)}" if named else ""
+    within = within or "the bases you may read"
+    has = "has" if len(named) == 1 else "have"
     if not counts.bases:
         return (
             "no hits: you may read no knowledge base; an admin can give you one "
             "(kb base grant NAME USER)"
         )
     if not counts.documents:
-        upload = f"kb upload FILE --base {scope.base}" if scope.base else "kb upload FILE"
+        upload = f"kb upload FILE --base {named[0]}" if named else "kb upload FILE"
         return f"no hits: {within} {has} no document yet ({upload})"
     if not counts.published:
         return (

@@ -336,7 +336,7 @@ class SyncRun:
                 document_id = intake.insert_document(
                     conn, kb.actor.name, self.options.base, new, kb.timestamp()
                 )
-                intake.submit(conn, kb.actor.name, document_id, kb.timestamp())
+                intake.submit(conn, kb.actor.name, document_id, kb.timestamp(), kb.settings.given)
         except AlreadyExists:
             pending.discard(kb, [new.stored.key])
             return SyncRecord(path, SKIPPED, None, "another command added this path meanwhile")
@@ -357,9 +357,18 @@ class SyncRun:
                 if current.status == DocStatus.FAILED:
                     if current.latest_task_id is None:
                         raise ConflictError("a failed document without a task")
-                    intake.requeue(conn, kb.actor.name, current.latest_task_id, kb.timestamp())
+                    intake.requeue(
+                        conn,
+                        kb.actor.name,
+                        current.latest_task_id,
+                        kb.timestamp(),
+                        kb.settings.given,
+                        new_revision=True,
+                    )
                 else:
-                    intake.submit(conn, kb.actor.name, document.id, kb.timestamp())
+                    intake.submit(
+                        conn, kb.actor.name, document.id, kb.timestamp(), kb.settings.given
+                    )
         except ConflictError as refused:
             pending.discard(kb, [new.stored.key])
             status = _status_now(kb, document.id)

@@ -152,7 +152,7 @@ def retry_task(kb: Kb, entity_id: str, kind: str | None = None) -> TaskRecord:
     """failed/failed -> queued/processing, on the same task row, attempt unchanged."""
     with kb.db.write() as conn:
         task_id = _task_id_for(conn, entity_id, kind)
-        filename = intake.requeue(conn, kb.actor.name, task_id, kb.timestamp())
+        filename = intake.requeue(conn, kb.actor.name, task_id, kb.timestamp(), kb.settings.given)
         return TaskRecord.from_row(queries.existing_task(conn, task_id), filename)
 
 
@@ -161,7 +161,9 @@ def retry_all_failed(kb: Kb, error_code: str | None = None) -> list[TaskRecord]:
         records = []
         for task_id in queries.failed_task_ids(conn, error_code, kb.scope):
             try:
-                filename = intake.requeue(conn, kb.actor.name, task_id, kb.timestamp())
+                filename = intake.requeue(
+                    conn, kb.actor.name, task_id, kb.timestamp(), kb.settings.given
+                )
             except ConflictError:
                 continue  # e.g. an older failed task of a document that moved on
             records.append(TaskRecord.from_row(queries.existing_task(conn, task_id), filename))

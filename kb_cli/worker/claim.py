@@ -20,7 +20,7 @@ from typing import TypeVar, Unpack
 from kb_cli import artefacts, queries
 from kb_cli.app import Kb
 from kb_cli.chunking import ChunkText
-from kb_cli.config import WorkerOptions
+from kb_cli.config import TaskSettings, WorkerOptions
 from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
 from kb_cli.lifecycle import DocStatus, ErrorCode, Stage, TaskStatus
@@ -152,7 +152,8 @@ def _take_once(claimant: Claimant, task_id: str | None, limit: int) -> Taken:
     with claimant.kb.db.write() as conn:
         if claimant.actor_disabled(conn):  # a disabled user's worker takes nothing more
             raise claimant.refusal()
-        while (task := _candidate(conn, task_id, claimant.now())) is not None:
+        bases = claimant.options.bases
+        while (task := _candidate(conn, task_id, claimant.now(), bases)) is not None:
             if taken.claims and task.status == TaskStatus.RUNNING:
                 break  # a reclaim is never a batch's extra: it goes first, next time
             if task.status == TaskStatus.RUNNING and task.attempt >= claimant.options.max_attempts:
@@ -176,10 +177,15 @@ def _take_once(claimant: Claimant, task_id: str | None, limit: int) -> Taken:
     return taken
 
 
-def _candidate(conn: Connection, task_id: str | None, now: str) -> TaskRow | None:
+def _candidate(
+    conn: Connection, task_id: str | None, now: str, bases: tuple[str, ...]
+) -> TaskRow | None:
+    """The named or the oldest claimable task, of `bases` when the worker is kept to
+    some: read in the claim's transaction, so a task whose document moved to another
+    base meanwhile is a missed claim."""
     if task_id is not None:
-        return queries.claimable_task(conn, task_id, now)
-    return queries.next_claimable_task(conn, now)
+        return queries.claimable_task(conn, task_id, now, bases)
+    return queries.next_claimable_task(conn, now, bases)
 
 
 def _claim(
@@ -305,6 +311,12 @@ class Claim:
         """The attempt begins now (a task claimed with others waited for its turn):
         progress writes and the parse's cost are counted from here."""
         self.written.at = self._started = time.monotonic()
+
+    @property
+    def asked(self) -> TaskSettings:
+        """The settings the task was queued with: the pipeline uses them instead of
+        the worker's own (none for a task queued before tasks carried settings)."""
+        return TaskSettings.from_json(self.task.settings)
 
     @property
     def fence(self) -> tuple[str, int]:

@@ -247,11 +247,12 @@ class Worker:
         """0 when a task is claimable now; else how long until one may become so by
         itself, at most the fallback poll."""
         now = self.kb.clock.now()
+        bases = self.options.bases
         with self.kb.db.read() as conn:
             require_caller(conn, self.kb.actor)
-            if queries.has_claimable_task(conn, format_stamp(now)):
+            if queries.has_claimable_task(conn, format_stamp(now), bases):
                 return 0.0
-            due = queries.next_due(conn)
+            due = queries.next_due(conn, bases)
         poll = self.options.poll_seconds
         if due is None:
             return poll
@@ -368,7 +369,9 @@ class Worker:
             recorder = Recorder(self.listener)
             self._announce(claim, recorder)
             attempt = Attempt(self, claim, recorder)
-            members.append(Member(claim, attempt, recorder, Pipeline(self.kb, attempt, claim)))
+            members.append(
+                Member(claim, attempt, recorder, Pipeline(self.kb, attempt, claim, claim.asked))
+            )
             recorders.append(recorder)
         self.heartbeat.watch(*claims, *self.waiting)
         try:
@@ -428,7 +431,8 @@ class Worker:
         task_id = claim.task.id
         try:
             attempt = Attempt(self, claim)
-            rows = Pipeline(self.kb, attempt, claim).run(claim.document, claim.task.document_id)
+            pipeline = Pipeline(self.kb, attempt, claim, claim.asked)
+            rows = pipeline.run(claim.document, claim.task.document_id)
             attempt.report(Stage.FINALIZING, 0, 1)
             claim.complete(rows)
             self.listener.progress(task_id, Stage.FINALIZING, 1, 1)

@@ -21,6 +21,7 @@ from typing import BinaryIO, Protocol
 from kb_cli import artefacts
 from kb_cli.app import Kb
 from kb_cli.chunking import ChunkText, chunk_blocks, contextual_text, with_context
+from kb_cli.config import TaskSettings
 from kb_cli.embeddings import Embedder, to_blob
 from kb_cli.errors import (
     DocumentTooLarge,
@@ -107,10 +108,15 @@ class Pipeline:
     """One attempt's stages, up to the rows of the last chunk batch, which the claim
     writes with the completion."""
 
-    def __init__(self, kb: Kb, reporter: Reporter, sink: ChunkSink) -> None:
+    def __init__(
+        self, kb: Kb, reporter: Reporter, sink: ChunkSink, asked: TaskSettings = TaskSettings()
+    ) -> None:
         self.kb = kb
         self.reporter = reporter
         self.sink = sink
+        # The worker's settings, with those the task was queued with (`asked`) in their
+        # place: what a task was asked is what it does, whichever worker runs it.
+        self.settings = kb.settings.for_task(asked)
         self.model: str | None = None  # of the vectors this attempt made
         self.dim: int | None = None
 
@@ -125,7 +131,10 @@ class Pipeline:
             raise TaskFailure(
                 ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
             )
-        parser_key = artefacts.parser_key(document.content_type, self.kb.settings.chunk_chars)
+        settings = self.settings
+        parser_key = artefacts.parser_key(
+            document.content_type, settings.chunk_chars, settings.limits
+        )
         chunks = self.reuse(parser_key)
         if chunks is None:
             with self.download(document) as path:
@@ -207,7 +216,7 @@ class Pipeline:
         from kb_cli import parsers
 
         self.report(Stage.PARSE, 0, 0)
-        limits = self.kb.settings.limits
+        limits = self.settings.limits
         checkpoint = self.reporter.checkpoint
         try:
             blocks = parsers.parse(
@@ -219,7 +228,7 @@ class Pipeline:
             )
             chunks = chunk_blocks(
                 blocks,
-                self.kb.settings.chunk_chars,
+                self.settings.chunk_chars,
                 max_chunks=limits.max_chunks,
                 checkpoint=checkpoint,
             )

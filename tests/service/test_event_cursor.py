@@ -22,16 +22,16 @@ def insert_event(event_id: int, base: str = "default") -> None:
 
 
 def test_an_event_committed_after_a_newer_one_is_still_read(kb):
-    cursor = EventCursor(0, kb, None)
+    cursor = EventCursor(0, kb, ())
     insert_event(1)
     insert_event(3)
-    assert [e.event_id for e in cursor.read(kb, None)] == [1, 3]
+    assert [e.event_id for e in cursor.read(kb, ())] == [1, 3]
     assert set(cursor.gaps) == {2}
     insert_event(2)  # the slower transaction commits
     insert_event(4)
-    assert [e.event_id for e in cursor.read(kb, None)] == [2, 4]
+    assert [e.event_id for e in cursor.read(kb, ())] == [2, 4]
     assert cursor.gaps == {}
-    assert cursor.read(kb, None) == []
+    assert cursor.read(kb, ()) == []
 
 
 def test_events_a_caller_may_not_read_are_no_gaps(kb):
@@ -44,7 +44,7 @@ def test_events_a_caller_may_not_read_are_no_gaps(kb):
     from kb_cli.permissions import Actor, Role
 
     reader = kb.acting_as(Actor("outsider", Role.VIEWER))
-    cursor = EventCursor(0, reader, None)
-    assert [e.event_id for e in cursor.read(reader, None)] == [1, 3]
+    cursor = EventCursor(0, reader, ())
+    assert [e.event_id for e in cursor.read(reader, ())] == [1, 3]
     assert cursor.gaps == {} and cursor.after == 3
-    assert [e.event_id for e in list_events(kb, 0, None)] == [1, 2, 3]
+    assert [e.event_id for e in list_events(kb, 0)] == [1, 2, 3]

@@ -102,7 +102,7 @@ def _ranked(kb: Kb, question: str, scope: Scope) -> list[tuple[int, float]]:
 SCOPES = {
     "every base": Scope(),
     "an outsider's bases": Scope(reader="outsider"),
-    "one base": Scope(base="default"),
+    "one base": Scope(bases=("default",)),
     "tagged documents": Scope(where=(MetaFilter("team", "tools"),)),
 }
 

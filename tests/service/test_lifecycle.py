@@ -327,9 +327,22 @@ def test_every_state_change_is_audited(kb, tmp_path):
 @sqlite_only
 def test_claiming_reads_the_claimable_index_in_order_without_sorting_the_queue(kb):
     with kb.db.read() as conn:
-        sql = "EXPLAIN QUERY PLAN " + queries._NEXT_CLAIMABLE
-        plan = " / ".join(row[3] for row in conn.execute(sql, {"now": "2026"}))
+        params = {"now": "2026"}
+        sql = "EXPLAIN QUERY PLAN " + queries.next_claimable_sql(None, params)
+        plan = " / ".join(row[3] for row in conn.execute(sql, params))
     assert "USING INDEX ix_tasks_claimable" in plan and "TEMP B-TREE" not in plan, plan
+
+
+@sqlite_only
+def test_a_worker_kept_to_a_base_reads_only_its_claimable_tasks_in_order(kb):
+    """`kb work --base`: the index of claimable tasks by base, read in claim order, never
+    the other bases' queue (a worker of several bases reads each base so)."""
+    with kb.db.read() as conn:
+        params = {"now": "2026"}
+        sql = "EXPLAIN QUERY PLAN " + queries.next_claimable_sql("hr", params)
+        plan = " / ".join(row[3] for row in conn.execute(sql, params))
+    assert "USING INDEX ix_tasks_claimable_base (base>? AND base<?)" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan
 
 
 def test_status_lists_documents_newest_first_with_their_latest_task_and_filters(kb, tmp_path):

@@ -87,3 +87,50 @@ def test_old_queued_events_of_deleted_documents_keep_their_base():
         [row] = conn.execute(text("SELECT topic, document_id, base FROM outbox_events")).all()
     engine.dispose()
     assert tuple(row) == ("task.queued", document, "finance")
+
+
+def test_a_task_queued_before_0017_carries_its_document_s_base_and_no_settings():
+    """0017: each task gets its document's base (a worker kept to that base claims it,
+    through the index of claimable tasks by base) and no settings (NULL: the worker's
+    own, as before); a task whose document row is gone gets no base."""
+    from sqlalchemy import text
+
+    from kb_cli import queries
+
+    settings = resolve_settings()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    database = Database(settings.database_url, settings.busy_timeout_seconds)
+    engine = database.engine.sqlalchemy_engine(settings.database_url, 5.0)
+    now = "2026-01-01T00:00:00.000000Z"
+    with engine.begin() as conn:
+        migrations.upgrade(conn, "0016_chunk_runs")
+        conn.execute(text("INSERT INTO bases (name, created_at) VALUES ('hr', :now)"), {"now": now})
+        conn.execute(
+            text(
+                "INSERT INTO documents (id, filename, content_type, size_bytes, sha256, "
+                "object_key, status, version, revision, latest_task_id, created_at, "
+                "updated_at, base) VALUES ('d1', 'leave.md', 'text/markdown', 5, :sha, 'k', "
+                "'processing', 2, 1, 't1', :now, :now, 'hr')"
+            ),
+            {"sha": "0" * 64, "now": now},
+        )
+        for task, document in [("t1", "d1"), ("t2", "gone")]:
+            conn.execute(
+                text(
+                    "INSERT INTO ingestion_tasks (id, document_id, revision, status, stage, "
+                    "completed, total, attempt, created_at, updated_at) VALUES (:task, "
+                    ":document, 1, 'queued', 'download', 0, 0, 0, :now, :now)"
+                ),
+                {"task": task, "document": document, "now": now},
+            )
+        migrations.upgrade(conn)
+    engine.dispose()
+    rows = db_rows("SELECT id, base, settings FROM ingestion_tasks ORDER BY id")
+    assert rows == [
+        {"id": "t1", "base": "hr", "settings": None},
+        {"id": "t2", "base": None, "settings": None},
+    ]
+    with database.read() as conn:
+        assert queries.next_claimable_task(conn, now, ("hr",)).id == "t1"
+        assert queries.next_claimable_task(conn, now, ("default",)) is None
+    database.close()

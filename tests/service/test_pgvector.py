@@ -141,7 +141,7 @@ def test_no_chunk_outside_the_scope_even_when_the_scope_is_small(home):
     assert secret and draft and tagged
     outsider = Scope(reader="outsider")
     where = dataclasses.replace(Scope(), where=(MetaFilter("team", "tools", False),))
-    insider = Scope(base="secret")
+    insider = Scope(bases=("secret",))
     for question in QUESTIONS:
         seen = {chunk for chunk, _ in _nearest(kb, kb.vectors, question, outsider)}
         assert len(seen) == DEPTH and not seen & (secret | draft)

@@ -103,7 +103,7 @@ def _rebuild(kb: Kb) -> Path:
 def test_the_index_ranks_as_the_exact_scan_does_in_every_scope(home):
     _rebuild(home)
     index = SignFileIndex(directory_for(home.settings), 0, _never)
-    scopes = [Scope(None), Scope(None, "httpx"), Scope("nobody", "flask")]
+    scopes = [Scope(None), Scope(None, ("httpx",)), Scope("nobody", ("flask",))]
     answered = 0
     for query in _query_vectors(home):
         for scope in scopes:
@@ -217,9 +217,9 @@ def test_scrambled_ids_cost_recall_never_a_wrong_hit(home):
     data[start : start + 8 * index.header.count] = shuffled.tobytes()
     path.write_bytes(bytes(data))
     scrambled = SignFileIndex(directory_for(home.settings), 0, _never)
-    scope = Scope(None, "flask")
+    scope = Scope(None, ("flask",))
     for query in _query_vectors(home)[:10]:
-        exact = dict(_exact(home, query, Scope(None, "flask")))
+        exact = dict(_exact(home, query, Scope(None, ("flask",))))
         for chunk, score in _ranked(scrambled, home, query, scope):
             assert chunk in exact or score < min(exact.values())
             assert chunk not in exact or abs(exact[chunk] - score) < 1e-6

@@ -43,16 +43,16 @@ def aes_pdf(user_password: str) -> bytes:
 
 
 @pytest.mark.parametrize("backend", ["pypdf", "pdfium"])
-def test_aes_pdfs_are_read_or_say_they_have_a_password(tmp_path, monkeypatch, backend):
-    monkeypatch.setenv("KB_PDF_BACKEND", backend)
+def test_aes_pdfs_are_read_or_say_they_have_a_password(tmp_path, backend):
+    limits = ParseLimits(pdf_backend=backend)
     open_file = tmp_path / "open.pdf"
     open_file.write_bytes(aes_pdf(""))
-    [block] = parse(open_file, PDF, lambda done, total: None)
+    [block] = parse(open_file, PDF, lambda done, total: None, limits)
     assert "aes secret text" in block.text
     locked = tmp_path / "locked.pdf"
     locked.write_bytes(aes_pdf("secret"))
     with pytest.raises(ParseError, match="encrypted with a password"):
-        parse(locked, PDF, lambda done, total: None)
+        parse(locked, PDF, lambda done, total: None, limits)
 
 
 def cyclic_page_tree_pdf() -> bytes:
@@ -65,8 +65,7 @@ def cyclic_page_tree_pdf() -> bytes:
     )
 
 
-def test_a_page_pdfium_cannot_load_falls_back_to_pypdf(tmp_path, monkeypatch):
-    monkeypatch.setenv("KB_PDF_BACKEND", "auto")
+def test_a_page_pdfium_cannot_load_falls_back_to_pypdf(tmp_path):
     path = tmp_path / "cyclic.pdf"
     path.write_bytes(cyclic_page_tree_pdf())
     with pytest.raises(ParseError) as caught:

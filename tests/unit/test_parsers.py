@@ -12,7 +12,7 @@ import pytest
 from pypdf import PdfReader, PdfWriter
 
 from kb_cli.errors import ParseError
-from kb_cli.parsers import KINDS, Block, kind_for_filename, parse
+from kb_cli.parsers import KINDS, Block, ParseLimits, kind_for_filename, parse
 from kb_cli.parsers.common import clean_heading
 from tests.docgen import CHINESE_MARKDOWN, make_docx, make_encrypted_pdf, make_pdf, paged_text
 
@@ -22,11 +22,10 @@ TXT = KINDS[".txt"].content_type
 MD = KINDS[".md"].content_type
 
 
-@pytest.fixture(autouse=True, params=["pypdf", "pdfium"])
-def pdf_backend(request, monkeypatch):
-    """Every parser test runs against both PDF backends."""
-    monkeypatch.setenv("KB_PDF_BACKEND", request.param)
-    return request.param
+@pytest.fixture(params=["pypdf", "pdfium"])
+def limits(request) -> ParseLimits:
+    """Every PDF test runs against both PDF backends."""
+    return ParseLimits(pdf_backend=request.param)
 
 
 class Progress:
@@ -43,17 +42,21 @@ def write(tmp_path: Path, name: str, data: bytes) -> Path:
     return path
 
 
-def parse_bytes(tmp_path: Path, name: str, data: bytes, content_type: str) -> list[Block]:
-    return parse(write(tmp_path, name, data), content_type, Progress())
+def parse_bytes(
+    tmp_path: Path, name: str, data: bytes, content_type: str, limits: ParseLimits | None = None
+) -> list[Block]:
+    return parse(write(tmp_path, name, data), content_type, Progress(), limits)
 
 
 # --- PDF ---------------------------------------------------------------------------
 
 
-def test_pdf_blocks_carry_page_numbers_and_progress_per_page(tmp_path: Path) -> None:
+def test_pdf_blocks_carry_page_numbers_and_progress_per_page(
+    tmp_path: Path, limits: ParseLimits
+) -> None:
     path = write(tmp_path, "three.pdf", make_pdf(["first page", "second page", "third page"]))
     progress = Progress()
-    blocks = parse(path, PDF, progress)
+    blocks = parse(path, PDF, progress, limits)
     assert [block.page for block in blocks] == [1, 2, 3]
     assert ["first" in blocks[0].text, "second" in blocks[1].text, "third" in blocks[2].text] == [
         True,
@@ -64,20 +67,22 @@ def test_pdf_blocks_carry_page_numbers_and_progress_per_page(tmp_path: Path) -> 
     assert progress.calls == [(1, 3), (2, 3), (3, 3)]
 
 
-def test_pdf_blank_page_gives_no_block_but_still_reports_progress(tmp_path: Path) -> None:
+def test_pdf_blank_page_gives_no_block_but_still_reports_progress(
+    tmp_path: Path, limits: ParseLimits
+) -> None:
     path = write(tmp_path, "gap.pdf", make_pdf(["alpha", "", "gamma"]))
     progress = Progress()
-    blocks = parse(path, PDF, progress)
+    blocks = parse(path, PDF, progress, limits)
     assert [block.page for block in blocks] == [1, 3]
     assert "gamma" in blocks[1].text
     assert progress.calls == [(1, 3), (2, 3), (3, 3)]
 
 
-def test_pdf_thirty_pages(tmp_path: Path) -> None:
+def test_pdf_thirty_pages(tmp_path: Path, limits: ParseLimits) -> None:
     pages = paged_text(30)
     path = write(tmp_path, "long.pdf", make_pdf(pages))
     progress = Progress()
-    blocks = parse(path, PDF, progress)
+    blocks = parse(path, PDF, progress, limits)
     assert [block.page for block in blocks] == list(range(1, 31))
     for block in blocks:
         markers = re.findall(r"page marker p(\d+)\b", block.text)
@@ -87,20 +92,22 @@ def test_pdf_thirty_pages(tmp_path: Path) -> None:
     assert progress.calls[-1] == (30, 30)
 
 
-def test_pdf_encrypted_with_password_is_rejected(tmp_path: Path) -> None:
+def test_pdf_encrypted_with_password_is_rejected(tmp_path: Path, limits: ParseLimits) -> None:
     path = write(tmp_path, "locked.pdf", make_encrypted_pdf("top secret text", "secret"))
     with pytest.raises(Exception, match=r"(?i)encrypt") as caught:
-        parse(path, PDF, Progress())
+        parse(path, PDF, Progress(), limits)
     assert "top secret" not in str(caught.value)
 
 
-def test_pdf_encrypted_with_empty_user_password_is_read(tmp_path: Path) -> None:
+def test_pdf_encrypted_with_empty_user_password_is_read(
+    tmp_path: Path, limits: ParseLimits
+) -> None:
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(make_pdf(["open text", "more text"]))))
     writer.encrypt(user_password="", owner_password="x")
     out = io.BytesIO()
     writer.write(out)
     progress = Progress()
-    blocks = parse(write(tmp_path, "owner-only.pdf", out.getvalue()), PDF, progress)
+    blocks = parse(write(tmp_path, "owner-only.pdf", out.getvalue()), PDF, progress, limits)
     assert [(block.page, block.text.strip()) for block in blocks] == [
         (1, "open text"),
         (2, "more text"),
@@ -109,10 +116,10 @@ def test_pdf_encrypted_with_empty_user_password_is_read(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("cut", [0, 10, 60, 200, -80, -30])
-def test_pdf_truncated_raises(tmp_path: Path, cut: int) -> None:
+def test_pdf_truncated_raises(tmp_path: Path, cut: int, limits: ParseLimits) -> None:
     data = make_pdf(["some text", "other text"])
     with pytest.raises(Exception):  # noqa: B017 - the worker maps any exception to parse_error
-        parse_bytes(tmp_path, "cut.pdf", data[:cut], PDF)
+        parse_bytes(tmp_path, "cut.pdf", data[:cut], PDF, limits)
 
 
 @pytest.mark.parametrize(
@@ -123,9 +130,9 @@ def test_pdf_truncated_raises(tmp_path: Path, cut: int) -> None:
         bytes(range(256)) * 4,
     ],
 )
-def test_pdf_garbage_raises(tmp_path: Path, data: bytes) -> None:
+def test_pdf_garbage_raises(tmp_path: Path, data: bytes, limits: ParseLimits) -> None:
     with pytest.raises(Exception):  # noqa: B017 - the worker maps any exception to parse_error
-        parse_bytes(tmp_path, "garbage.pdf", data, PDF)
+        parse_bytes(tmp_path, "garbage.pdf", data, PDF, limits)
 
 
 # --- DOCX --------------------------------------------------------------------------

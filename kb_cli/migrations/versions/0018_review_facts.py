@@ -9,15 +9,15 @@ A revision knows how many of its pages were read by OCR (`document_revisions.ocr
 written by the parse that read them), so that `kb status ID` can say it without reading
 the history. Revisions parsed before have none: the count is not shown for them.
 
-Revision ID: 0017_chunk_page_end
-Revises: 0016_chunk_runs
+Revision ID: 0018_review_facts
+Revises: 0017_task_requests
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017_chunk_page_end"
-down_revision = "0016_chunk_runs"
+revision = "0018_review_facts"
+down_revision = "0017_task_requests"
 
 
 def upgrade() -> None:
