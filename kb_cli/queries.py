@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict, Unpack
 
@@ -845,6 +845,32 @@ def revision_file(conn: Connection, document_id: str, revision: int) -> Revision
         WHERE document_id = :id AND revision = :revision"""
     row = conn.execute(sql, {"id": document_id, "revision": revision}).first()
     return None if row is None else RevisionFile._make(row)
+
+
+def chunk_texts(conn: Connection, document_id: str, revision: int) -> Iterator[str]:
+    sql = f"SELECT text FROM {CHUNKS} WHERE document_id = :id AND revision = :revision"
+    for (text,) in conn.execute(sql, {"id": document_id, "revision": revision}):
+        yield text
+
+
+def count_revision_chunks(conn: Connection, document_id: str, revision: int) -> int:
+    sql = f"SELECT count(*) FROM {CHUNKS} WHERE document_id = :id AND revision = :revision"
+    return int(conn.execute(sql, {"id": document_id, "revision": revision}).one()[0])
+
+
+def ocr_pages_of(conn: Connection, document_id: str, revision: int) -> int | None:
+    """Pages of a revision its parse read by OCR; None when not recorded (parsed before
+    kb counted them, or not parsed yet)."""
+    sql = f"""SELECT ocr_pages FROM {REVISIONS}
+        WHERE document_id = :id AND revision = :revision"""
+    row = conn.execute(sql, {"id": document_id, "revision": revision}).first()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def set_ocr_pages(conn: Connection, document_id: str, revision: int, pages: int) -> None:
+    sql = f"""UPDATE {REVISIONS} SET ocr_pages = :pages
+        WHERE document_id = :id AND revision = :revision"""
+    conn.execute(sql, {"pages": pages, "id": document_id, "revision": revision})
 
 
 def revision_has_chunks(conn: Connection, document_id: str, revision: int) -> bool:
