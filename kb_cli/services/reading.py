@@ -16,17 +16,18 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.chunking import own_parts
+from kb_cli.db import Connection
 from kb_cli.errors import AlreadyExists, ConflictError, InternalError, NotFoundError, UsageError
 from kb_cli.lifecycle import DocStatus
 from kb_cli.queries import PassageChunk
-from kb_cli.records import ChunkRecord, DocumentRow, meta_of
+from kb_cli.records import ChunkChange, ChunkRecord, DocumentRecord, DocumentRow, meta_of
 from kb_cli.transitions import audit_event
 
 PENDING, PUBLISHED = "pending", "published"
@@ -221,12 +222,52 @@ def diff(kb: Kb, document_id: str, old: str | None = None, new: str | None = Non
     old_lines = before.lines() if before else []
     result = Diff(document.id, document.filename, before.number if before else None, to.number)
     result.hunks = list(_hunks(old_lines, to.lines()))
-    mine = Counter(" ".join(c.text.split()) for c in to.chunks)
-    theirs = Counter(" ".join(c.text.split()) for c in before.chunks) if before else Counter()
-    result.chunks_kept = sum((mine & theirs).values())
-    result.chunks_added = sum(mine.values()) - result.chunks_kept
-    result.chunks_removed = sum(theirs.values()) - result.chunks_kept
+    change = _compared(
+        _texts(c.text for c in to.chunks),
+        _texts(c.text for c in before.chunks) if before else Counter(),
+        result.from_revision,
+    )
+    result.chunks_added, result.chunks_removed = change.chunks_added, change.chunks_removed
+    result.chunks_kept = change.chunks_kept
     return result
+
+
+def with_review_facts(conn: Connection, record: DocumentRecord) -> DocumentRecord:
+    """One document's record as `kb status ID` prints it to a reviewer: its newest
+    revision's chunks, the pages OCR read, and what publishing it would change."""
+    record.chunks = queries.count_revision_chunks(conn, record.document_id, record.revision)
+    record.ocr_pages = queries.ocr_pages_of(conn, record.document_id, record.revision)
+    return with_changes(conn, [record])[0]
+
+
+def with_changes(conn: Connection, records: list[DocumentRecord]) -> list[DocumentRecord]:
+    """Each `review_pending` record with what publishing it would change: its chunks
+    against those of the revision served (one document's chunks read at a time)."""
+    for record in records:
+        if record.status == DocStatus.REVIEW_PENDING:
+            record.change = chunk_change(
+                conn, record.document_id, record.revision, record.published_revision
+            )
+    return records
+
+
+def chunk_change(
+    conn: Connection, document_id: str, revision: int, served: int | None
+) -> ChunkChange:
+    """Revision `revision`'s chunks against those of revision `served` (None: none)."""
+    mine = _texts(queries.chunk_texts(conn, document_id, revision))
+    theirs = _texts(queries.chunk_texts(conn, document_id, served)) if served else Counter()
+    return _compared(mine, theirs, served)
+
+
+def _texts(texts: Iterable[str]) -> Counter[str]:
+    """Chunk texts as compared: whitespace aside, each as often as it occurs."""
+    return Counter(" ".join(text.split()) for text in texts)
+
+
+def _compared(mine: Counter[str], theirs: Counter[str], served: int | None) -> ChunkChange:
+    kept = sum((mine & theirs).values())
+    return ChunkChange(served, sum(mine.values()) - kept, sum(theirs.values()) - kept, kept)
 
 
 def _hunks(old: list[str], new: list[str]) -> Iterator[Hunk]:

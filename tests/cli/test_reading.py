@@ -117,6 +117,36 @@ def test_diff_of_a_new_document_adds_everything(invoke, tmp_path):
     assert summary["chunks_added"] == 3 and summary["chunks_kept"] == 0
 
 
+def test_status_tells_a_reviewer_what_publishing_would_change(invoke, tmp_path):
+    """`kb status ID` of a pending change: its chunks and what it replaces, counted as
+    `kb diff` counts them; `status --status review_pending` says new or change."""
+    document_id = served_and_pending(invoke, tmp_path)
+    fresh = ingest(invoke, tmp_path, "new.md", FIRST)["document_id"]
+    [record] = ok(invoke("status", document_id, "--json"))
+    assert (record["chunks"], record["ocr_pages"]) == (4, 0)
+    assert record["change"] == {
+        "new": False, "replaces_revision": 1, "chunks_added": 2, "chunks_removed": 1,
+        "chunks_kept": 2,
+    }  # fmt: skip
+    line = invoke("status", document_id).stdout
+    assert "chunks=4 ocr_pages=0 change=replaces:1 chunks_added=2 chunks_removed=1" in line
+    listed = {
+        r["document_id"]: r for r in ok(invoke("status", "--status", "review_pending", "--json"))
+    }
+    assert listed[document_id]["change"] == record["change"]
+    assert listed[fresh]["change"] == {
+        "new": True, "replaces_revision": None, "chunks_added": 3, "chunks_removed": 0,
+        "chunks_kept": 0,
+    }  # fmt: skip
+    assert "chunks" not in listed[fresh]  # a listing reads no chunk counts
+    # a listing of anything else, and a document with nothing pending, say no change
+    everything = ok(invoke("status", "--json"))
+    assert all("change" not in r for r in everything)
+    publish(invoke, document_id)
+    [served] = ok(invoke("status", document_id, "--json"))
+    assert "change" not in served and served["chunks"] == 4
+
+
 def test_export_writes_the_original_byte_for_byte_and_never_overwrites_unasked(invoke, tmp_path):
     document_id = served_and_pending(invoke, tmp_path)
     target = tmp_path / "out" / "copy.md"

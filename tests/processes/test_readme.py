@@ -87,6 +87,8 @@ def test_the_review_walkthrough_runs_as_pasted(tmp_path: Path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "-Twenty-five days a year." in done.stdout and "+Thirty days a year." in done.stdout
     assert "+## Parental" in done.stdout
+    assert "change=replaces:1 chunks_added=" in done.stdout  # the list, then the one
+    assert re.search(r"^document \S+ .*status=review_pending .* chunks=\d+ ", done.stdout, re.M)
     published = r'^document \S+ file="leave.md" status=published version=\d+ revision=2 '
     assert re.search(published, done.stdout, re.M)
     assert "Traceback" not in done.stderr
