@@ -39,14 +39,17 @@ def parser_key(
 
 
 def encode(chunks: list[ChunkText]) -> bytes:
-    rows = [[chunk.text, chunk.page, chunk.heading, list(chunk.parents)] for chunk in chunks]
+    rows = [
+        [chunk.text, chunk.page, chunk.heading, list(chunk.parents), chunk.page_end]
+        for chunk in chunks
+    ]
     text = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
     return zlib.compress(text.encode(), 6)
 
 
 def decode(payload: bytes) -> list[ChunkText]:
     rows = json.loads(zlib.decompress(payload))
-    return [
-        ChunkText(index, text, page, heading, tuple(parents))
-        for index, (text, page, heading, parents) in enumerate(rows)
+    return [  # a parse kept before chunks knew their last page has four columns
+        ChunkText(index, text, page, heading, tuple(parents), page_end=(rest or [None])[0])
+        for index, (text, page, heading, parents, *rest) in enumerate(rows)
     ]

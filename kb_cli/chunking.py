@@ -5,8 +5,9 @@ longer than that is split at sentence ends (Latin or CJK punctuation), then at s
 and as a last resort at the character limit, which is what unspaced Chinese needs.
 Each chunk after the first of a section starts with up to OVERLAP_CHARS characters
 from the end of the previous one, so a sentence cut at a border is still findable.
-A chunk never spans two headings; it keeps the page and heading it starts in, and
-knows the headings above (its section's path). The document's title and that path
+A chunk never spans two headings; it keeps the page and heading it starts in, the last
+page it reaches when that is another (`page_end`), and knows the headings above (its
+section's path). The document's title and that path
 are the chunk's context: embedded and indexed with its text, never shown as part of it.
 Time is linear in the length of the text, punctuated or not.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kb_cli.errors import DocumentTooLarge
@@ -47,6 +48,7 @@ class ChunkText:
     heading: str | None
     parents: tuple[str, ...] = ()  # the headings above `heading`, outermost first
     context: str = ""  # the document's title and the heading path (with_context)
+    page_end: int | None = None  # the last page it covers, when not `page`
 
 
 def chunk_blocks(
@@ -64,8 +66,8 @@ def chunk_blocks(
     for (heading, parents), section in itertools.groupby(
         blocks, key=lambda block: (block.heading, block.parents)
     ):
-        for text, page in _pack_section(list(section), target, overlap):
-            chunks.append(ChunkText(len(chunks), text, page, heading, parents))
+        for text, page, page_end in _pack_section(list(section), target, overlap):
+            chunks.append(ChunkText(len(chunks), text, page, heading, parents, page_end=page_end))
             if max_chunks is not None and len(chunks) > max_chunks:
                 raise DocumentTooLarge(f"more than {max_chunks} chunks (KB_MAX_CHUNKS)")
             if len(chunks) % 256 == 0:
@@ -105,43 +107,76 @@ def merge_passage(texts: list[str]) -> str:
     before (its first OVERLAP_CHARS at most) appears once."""
     passage = texts[0] if texts else ""
     for text in texts[1:]:
-        repeated = next(
-            (
-                size
-                for size in range(min(len(text), len(passage), 2 * OVERLAP_CHARS), 0, -1)
-                if passage.endswith(text[:size])
-            ),
-            0,
-        )
-        rest = text[repeated:].lstrip("\n")
+        rest = _after_overlap(passage, text)
         passage = f"{passage}\n{rest}" if rest else passage
     return passage
 
 
+def own_parts(texts: list[str], starts: list[bool]) -> list[str]:
+    """Each chunk's text without the overlap it repeats from the one before, where it
+    does not start a section (`starts`): the chunks read one after the other as the
+    text they were cut from."""
+    return [
+        text if start or index == 0 else _after_overlap(texts[index - 1], text)
+        for index, (text, start) in enumerate(zip(texts, starts, strict=True))
+    ]
+
+
+def _after_overlap(before: str, text: str) -> str:
+    """`text` without the start it repeats of the end of `before`."""
+    repeated = next(
+        (
+            size
+            for size in range(min(len(text), len(before), 2 * OVERLAP_CHARS), 0, -1)
+            if before.endswith(text[:size])
+        ),
+        0,
+    )
+    return text[repeated:].lstrip("\n")
+
+
+def pages_of(spans: Sequence[tuple[int | None, int | None]]) -> tuple[int | None, int | None]:
+    """The pages a run of chunks covers, from each one's (page, page_end): the first
+    one's page, and the last page any reaches when that is another."""
+    pages = [page for span in spans for page in span if page is not None]
+    if not pages:
+        return None, None
+    first = spans[0][0] if spans[0][0] is not None else min(pages)
+    return first, _page_end(first, max(pages))
+
+
 def _pack_section(
     section: list[Block], target: int, overlap: int
-) -> Iterator[tuple[str, int | None]]:
+) -> Iterator[tuple[str, int | None, int | None]]:
+    """Each chunk's text, the page its own text starts on (the overlap it repeats is the
+    previous chunk's), and the last page it reaches when that is another."""
     current: list[str] = []
     length = 0  # of "\n".join(current)
     page: int | None = None
+    last: int | None = None
     fresh = False  # whether `current` holds more than the overlap carried over
     # One character less than the room after an overlap, for the joining newline.
     for block in section:
         for paragraph in _paragraphs(block.text, target - overlap - 1):
             if fresh and length + 1 + len(paragraph) > target:
                 text = _join(current)
-                yield text, page
+                yield text, page, _page_end(page, last)
                 tail = _tail(text, overlap)
                 current = [tail] if tail else []
                 length = len(tail)
                 fresh = False
             if not fresh:
                 page = block.page
+            last = block.page
             length += len(paragraph) + (1 if current else 0)
             current.append(paragraph)
             fresh = True
     if fresh:
-        yield _join(current), page
+        yield _join(current), page, _page_end(page, last)
+
+
+def _page_end(first: int | None, last: int | None) -> int | None:
+    return last if last is not None and last != first else None
 
 
 def _join(pieces: list[str]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, NamedTuple, TypedDict, Unpack
 
@@ -847,6 +847,32 @@ def revision_file(conn: Connection, document_id: str, revision: int) -> Revision
     return None if row is None else RevisionFile._make(row)
 
 
+def chunk_texts(conn: Connection, document_id: str, revision: int) -> Iterator[str]:
+    sql = f"SELECT text FROM {CHUNKS} WHERE document_id = :id AND revision = :revision"
+    for (text,) in conn.execute(sql, {"id": document_id, "revision": revision}):
+        yield text
+
+
+def count_revision_chunks(conn: Connection, document_id: str, revision: int) -> int:
+    sql = f"SELECT count(*) FROM {CHUNKS} WHERE document_id = :id AND revision = :revision"
+    return int(conn.execute(sql, {"id": document_id, "revision": revision}).one()[0])
+
+
+def ocr_pages_of(conn: Connection, document_id: str, revision: int) -> int | None:
+    """Pages of a revision its parse read by OCR; None when not recorded (parsed before
+    kb counted them, or not parsed yet)."""
+    sql = f"""SELECT ocr_pages FROM {REVISIONS}
+        WHERE document_id = :id AND revision = :revision"""
+    row = conn.execute(sql, {"id": document_id, "revision": revision}).first()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def set_ocr_pages(conn: Connection, document_id: str, revision: int, pages: int) -> None:
+    sql = f"""UPDATE {REVISIONS} SET ocr_pages = :pages
+        WHERE document_id = :id AND revision = :revision"""
+    conn.execute(sql, {"pages": pages, "id": document_id, "revision": revision})
+
+
 def revision_has_chunks(conn: Connection, document_id: str, revision: int) -> bool:
     sql = f"SELECT 1 FROM {CHUNKS} WHERE document_id = :id AND revision = :revision LIMIT 1"
     return conn.execute(sql, {"id": document_id, "revision": revision}).first() is not None
@@ -1428,6 +1454,7 @@ class ChunkDetail(NamedTuple):
     chunk_index: int
     text: str
     page: int | None
+    page_end: int | None
     heading: str | None
     context: str | None
     content_type: str  # of the revision served
@@ -1441,7 +1468,7 @@ def chunk_details(conn: Connection, chunk_ids: Sequence[int]) -> dict[int, Chunk
         return {}
     sql = (
         "SELECT c.id, c.document_id, d.base, coalesce(r.filename, d.filename) AS filename,"
-        " c.revision, c.chunk_index, c.text, c.page, c.heading, c.context,"
+        " c.revision, c.chunk_index, c.text, c.page, c.page_end, c.heading, c.context,"
         f" coalesce(r.content_type, d.content_type) AS content_type {PUBLISHED_CHUNKS}"
         f" LEFT JOIN {REVISIONS} AS r ON r.document_id = c.document_id"
         " AND r.revision = c.revision"
@@ -1456,6 +1483,8 @@ class PassageChunk(NamedTuple):
 
     chunk_index: int
     text: str
+    page: int | None
+    page_end: int | None
     heading: str | None
     context: str | None
 
@@ -1464,11 +1493,19 @@ def chunk_range(
     conn: Connection, document_id: str, revision: int, first: int, last: int
 ) -> list[PassageChunk]:
     """Chunks `first`..`last` of a revision, in order (the neighbours of a hit)."""
-    sql = f"""SELECT chunk_index, text, heading, context FROM {CHUNKS}
+    sql = f"""SELECT chunk_index, text, page, page_end, heading, context FROM {CHUNKS}
         WHERE document_id = :document_id AND revision = :revision
           AND chunk_index BETWEEN :first AND :last
         ORDER BY chunk_index"""
     params = {"document_id": document_id, "revision": revision, "first": first, "last": last}
+    return [PassageChunk._make(row) for row in conn.execute(sql, params)]
+
+
+def revision_chunks(conn: Connection, document_id: str, revision: int) -> list[PassageChunk]:
+    """Every chunk of a revision, in order (what `kb show` reads)."""
+    sql = f"""SELECT chunk_index, text, page, page_end, heading, context FROM {CHUNKS}
+        WHERE document_id = :document_id AND revision = :revision ORDER BY chunk_index"""
+    params = {"document_id": document_id, "revision": revision}
     return [PassageChunk._make(row) for row in conn.execute(sql, params)]
 
 

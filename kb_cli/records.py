@@ -153,6 +153,7 @@ class NewChunk(NamedTuple):
     chunk_index: int
     text: str
     page: int | None
+    page_end: int | None  # the last page it covers, when not `page`
     heading: str | None
     context: str | None
     terms: str
@@ -221,6 +222,25 @@ class TaskRecord:
         return data
 
 
+@dataclass(frozen=True)
+class ChunkChange:
+    """What a revision changes in chunks against the one search serves: chunk texts
+    compared, whitespace aside. `replaces_revision` None: nothing is served, so every
+    chunk is added (a new document, or one never published)."""
+
+    replaces_revision: int | None
+    chunks_added: int
+    chunks_removed: int
+    chunks_kept: int
+
+    @property
+    def is_new(self) -> bool:
+        return self.replaces_revision is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"new": self.is_new, **self.__dict__}
+
+
 @dataclass
 class DocumentRecord:
     document_id: str
@@ -244,6 +264,13 @@ class DocumentRecord:
     # One document's record only: the served revision's file when it is not `filename`
     # (a replace not yet published), as {"filename", "content_type"}; else left out.
     published_file: dict[str, str] | None = None
+    # One document's record (`kb status ID`) only: its newest revision's chunks, and the
+    # pages its parse read by OCR (when recorded); else left out.
+    chunks: int | None = None
+    ocr_pages: int | None = None
+    # A `review_pending` document, in `kb status ID` and `kb status --status
+    # review_pending`: what publishing it would change; else left out.
+    change: ChunkChange | None = None
 
     @classmethod
     def from_listing(cls, values: tuple[Any, ...]) -> DocumentRecord:
@@ -258,9 +285,15 @@ class DocumentRecord:
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["latest_task"] = self.latest_task.to_dict() if self.latest_task else None
-        if self.published_file is None:
-            del data["published_file"]
+        for key in _ONLY_WHEN_TOLD:
+            if data[key] is None:
+                del data[key]
+        if self.change is not None:
+            data["change"] = self.change.to_dict()
         return data
+
+
+_ONLY_WHEN_TOLD = ("published_file", "chunks", "ocr_pages", "change")
 
 
 # The columns behind each record, in field order; a listing selects both, so that
@@ -332,6 +365,23 @@ class WorkResult:
         }
 
 
+@dataclass
+class ChunkRecord:
+    """A chunk as `kb show --chunks` prints it: where it stands and its text."""
+
+    document_id: str
+    revision: int
+    chunk_index: int
+    page: int | None
+    page_end: int | None  # the last page it covers, when not `page`
+    heading: str | None
+    length: int  # characters of its text
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
 class AlsoIn(NamedTuple):
     """Another document holding a hit's text (whitespace aside)."""
 
@@ -353,6 +403,8 @@ class SearchHit:
     page: int | None
     heading: str | None
     snippet: str
+    # The last page the hit's text covers, when it spans pages (a chunk, or a passage).
+    page_end: int | None = None
     # --context: the first and last chunk the passage in `text` covers; else None.
     passage: tuple[int, int] | None = None
     content_type: str | None = None  # of the revision served, like filename

@@ -6,8 +6,8 @@ and `kb --version` start fast and never touch the database.
 This module builds `app` and registers every command, in the order `kb --help` lists
 them. The commands live by concern: `documents` (upload, submit, publish), `tasks`
 (status, cancel, retry, work, history), `events` (events, relay), `answers` (search,
-eval), `users`, `bases`, `maintenance` (reindex, doctor, demo, db); `shared` holds what
-they all use and `boundary` the error boundary.
+eval), `reading` (show, diff, export), `users`, `bases`, `maintenance` (reindex,
+doctor, demo, db); `shared` holds what they all use and `boundary` the error boundary.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from kb_cli.cli import (
     documents,
     events,
     maintenance,
+    reading,
     sync,
     tasks,
     users,
@@ -116,6 +117,9 @@ app.command("eval")(answers.eval_command)
 app.command()(maintenance.reindex)
 app.command()(maintenance.doctor)
 app.command()(tasks.history)
+app.command()(reading.show)
+app.command()(reading.diff)
+app.command()(reading.export)
 app.command()(events.events)
 app.command()(events.relay)
 app.add_typer(users.user_app, name="user")

@@ -113,7 +113,9 @@ def status(
         if wait:
             raise UsageError("--wait needs a task or document id: kb status ID --wait")
         kb = open_kb(ctx, STATUS, bases=bases)
-        records = documents.list_document_records(kb, status_filter, error_code, filters, bases)
+        records = documents.list_document_records(
+            kb, status_filter, error_code, filters, bases, limit
+        )
         shown = records[:limit] if limit else records
         if json_out:
             console.print_records(shown, True)

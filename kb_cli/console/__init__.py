@@ -41,6 +41,7 @@ from kb_cli.console.core import (
 from kb_cli.console.demo import DemoLog, print_demo_summary
 from kb_cli.console.events import RelayLog, event_line, print_event
 from kb_cli.console.history import audit_line
+from kb_cli.console.reading import print_chunks, print_diff, print_exports, print_revision
 from kb_cli.console.renderers import print_records
 from kb_cli.console.stages import STAGES, LiveStages
 from kb_cli.console.sync import (
@@ -92,17 +93,21 @@ __all__ = [
     "note",
     "note_skipped",
     "print_bases",
+    "print_chunks",
     "print_deletions",
     "print_demo_summary",
+    "print_diff",
     "print_doctor",
     "print_document_table",
     "print_drafts_waiting",
     "print_eval",
     "print_event",
+    "print_exports",
     "print_new_user",
     "print_records",
     "print_reindex",
     "print_reparse",
+    "print_revision",
     "print_search",
     "print_upgrade",
     "print_users",

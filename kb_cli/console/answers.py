@@ -34,6 +34,8 @@ _MARK = re.compile(r"\[[^\[\]]+\]")
 def _where(hit: SearchHit) -> str:
     """File, revision, chunk, page, heading and ranks of a hit, space separated."""
     place = f" page={hit.page}" if hit.page else ""
+    if hit.page and hit.page_end:
+        place = f" pages={hit.page}-{hit.page_end}"
     place += f" heading={quoted(hit.heading)}" if hit.heading else ""
     ranks = "".join(
         f" {name}#{rank}"

@@ -29,7 +29,7 @@ from kb_cli.console.core import (
     write_json_lines,
 )
 from kb_cli.lifecycle import DocStatus, Stage, TaskStatus
-from kb_cli.records import DocumentRecord, TaskRecord
+from kb_cli.records import ChunkChange, DocumentRecord, TaskRecord
 
 if TYPE_CHECKING:
     from kb_cli.services.documents import Duplicate
@@ -77,6 +77,11 @@ def document_line(document: DocumentRecord) -> str:
         parts.append(f"rejected={quoted(document.rejected_reason)}")
     if document.published_file is not None:
         parts.append(f"published_file={quoted(document.published_file['filename'])}")
+    if document.chunks is not None:
+        parts.append(f"chunks={document.chunks}")
+    if document.ocr_pages is not None:
+        parts.append(f"ocr_pages={document.ocr_pages}")
+    parts += _change_words(document.change)
     task = document.latest_task
     if task:
         parts += [
@@ -89,6 +94,19 @@ def document_line(document: DocumentRecord) -> str:
         if task.error_code:
             parts.append(f"error={task.error_code}")
     return " ".join(parts)
+
+
+def _change_words(change: ChunkChange | None) -> list[str]:
+    if change is None:
+        return []
+    if change.is_new:
+        return ["change=new", f"chunks_added={change.chunks_added}"]
+    return [
+        f"change=replaces:{change.replaces_revision}",
+        f"chunks_added={change.chunks_added}",
+        f"chunks_removed={change.chunks_removed}",
+        f"chunks_kept={change.chunks_kept}",
+    ]
 
 
 def _fields_panel(title: str, fields: list[tuple[str, str]]):
@@ -146,16 +164,52 @@ def _published_file(document: DocumentRecord) -> list[tuple[str, str]]:
     return [("serving", cell(f"{name} ({kind}), revision {document.published_revision}"))]
 
 
+def _where_from(document: DocumentRecord) -> list[tuple[str, str]]:
+    """The base, a synced document's path and source, and its other metadata."""
+    meta = document.meta
+    fields = [("base", cell(document.base))]
+    if metadata.PATH in meta:
+        source = meta.get(metadata.SOURCE)
+        fields.append(("path", cell(meta[metadata.PATH] + (f" (in {source})" if source else ""))))
+    own = [f"{key}={value}" for key, value in sorted(meta.items()) if key not in metadata.SYNCED]
+    if own:
+        fields.append(("metadata", cell(", ".join(own))))
+    return fields
+
+
+def _what_it_holds(document: DocumentRecord) -> list[tuple[str, str]]:
+    """The newest revision's chunks and OCR pages, and what publishing it changes."""
+    fields = []
+    if document.chunks:
+        read = document.ocr_pages
+        ocr = f", {counted(read, 'page')} read by OCR" if read else ""
+        fields.append(("chunks", f"{document.chunks} (revision {document.revision}){ocr}"))
+    change = document.change
+    if change is not None:
+        if change.is_new:
+            what = f"new: nothing served yet (kb show {short(document.document_id)})"
+        else:
+            what = (
+                f"revision {change.replaces_revision}, served now: +{change.chunks_added} "
+                f"-{change.chunks_removed} chunks, {change.chunks_kept} kept "
+                f"(kb diff {short(document.document_id)})"
+            )
+        fields.append(("replaces" if not change.is_new else "change", what))
+    return fields
+
+
 def document_panel(document: DocumentRecord):
     published = document.published_revision
     fields = [
         ("file", cell(document.filename)),
+        *_where_from(document),
         ("status", styled(document.status)),
         ("size", f"{human_size(document.size_bytes)} ({document.content_type})"),
         ("sha256", document.sha256[:16] + "…"),
         ("version", str(document.version)),
         ("revision", f"{document.revision} (published: {published or 'none yet'})"),
         *_published_file(document),
+        *_what_it_holds(document),
         ("created", document.created_at),
         ("updated", document.updated_at),
     ]
@@ -240,6 +294,7 @@ def document_table(records: list[DocumentRecord], width: int, of: int | None = N
         justify = "right" if name == "age" else "left"
         table.add_column(name, no_wrap=True, width=cells, justify=justify, overflow="ellipsis")
     with_base = columns[0][0] == "base"
+    with_change = any(name == "change" for name, _ in columns)
     for document, name in zip(records, shown, strict=True):
         task = document.latest_task
         table.add_row(
@@ -247,6 +302,7 @@ def document_table(records: list[DocumentRecord], width: int, of: int | None = N
             cell(names[name]),
             *([cell(document.base)] if with_base else []),
             styled(document.status),
+            *([_change_cell(document.change)] if with_change else []),
             *(
                 _task_cells(task)
                 if wide
@@ -271,6 +327,9 @@ def _document_columns(records: list[DocumentRecord], wide: bool) -> list[tuple[s
     longest_code = max((len(code) for code in codes if code), default=0)
     statuses = max((len(r.status) for r in records), default=0)
     columns = [("document", max(statuses, len("document")))]
+    changes = [_change_cell(r.change) for r in records if r.change is not None]
+    if changes:  # listing review_pending documents: what publishing each would change
+        columns.append(("change", max(len("change"), *(len(change) for change in changes))))
     bases = {r.base for r in records}
     if len(bases) > 1:  # same-named files of two bases would look alike
         columns.insert(0, ("base", max(len("base"), *(cell_len_of(visible(b)) for b in bases))))
@@ -286,6 +345,14 @@ def _document_columns(records: list[DocumentRecord], wide: bool) -> list[tuple[s
         least = [_least_summary_cells(r.latest_task, r.status) for r in records]
         columns.append(("task", max([len("task"), *least])))
     return [*columns, ("age", _AGE_CELLS)]
+
+
+def _change_cell(change: ChunkChange | None) -> str:
+    if change is None:
+        return ""
+    if change.is_new:
+        return "new"
+    return f"+{change.chunks_added} -{change.chunks_removed}, {change.chunks_kept} kept"
 
 
 def _task_cells(task: TaskRecord | None) -> list[str]:

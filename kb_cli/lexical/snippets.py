@@ -15,10 +15,12 @@ from kb_cli.stopwords import is_stopword
 from kb_cli.textsearch import TOKENIZER, UNSPACED, UNSPACED_RUN, Query, chinese_words
 
 
-def snippet(text: str, query: Query, width: int = 60) -> str:
+def snippet(text: str, query: Query, heading: str | None = None, width: int = 60) -> str:
     """About `2 * width` characters of `text` around its matched query words, each
     marked [like this]: the passage with the most distinct matched words, cut at word
-    boundaries. Nothing matched (a hit of the meaning ranking): the text's start."""
+    boundaries. Nothing matched (a hit of the meaning ranking): the text's start. A
+    first line that is the chunk's `heading` is left out: the hit shows it already."""
+    text = _without_heading(text, heading)
     spans = matched_spans(text, query)
     if not spans:
         end = _word_end(text, min(len(text), 2 * width), floor=0)
@@ -34,6 +36,13 @@ def snippet(text: str, query: Query, width: int = 60) -> str:
         at = span.end
     parts += [text[at:end], "…" if end < len(text) else ""]
     return "".join(parts)
+
+
+def _without_heading(text: str, heading: str | None) -> str:
+    first, newline, rest = text.partition("\n")
+    if heading and newline and rest.strip() and first.strip() == heading.strip():
+        return rest.lstrip("\n")
+    return text
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ REVISIONS = (
     "0015_lexical_index",
     "0016_chunk_runs",
     "0017_task_requests",
+    "0018_review_facts",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

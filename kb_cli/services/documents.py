@@ -28,6 +28,7 @@ from kb_cli.lifecycle import (
 from kb_cli.parsers import KINDS, FileKind
 from kb_cli.permissions import DEFAULT_BASE
 from kb_cli.records import DocumentRecord, TaskRecord
+from kb_cli.services import reading
 from kb_cli.store import StoredObject
 from kb_cli.transitions import move_document
 
@@ -316,11 +317,17 @@ def list_document_records(
     error_code: str | None = None,
     where: tuple[metadata.MetaFilter, ...] = (),
     bases: tuple[str, ...] = (),
+    limit: int | None = None,
 ) -> list[DocumentRecord]:
-    """The documents of the caller's bases (of `bases` only, when named), newest first."""
+    """The documents of the caller's bases (of `bases` only, when named), newest first.
+    Listing `review_pending` ones, the first `limit` (all, when None) say what
+    publishing each would change."""
     scope = dataclasses.replace(kb.actor.scope(*bases), where=where)
     with kb.db.read() as conn:
-        return queries.list_documents(conn, status, error_code, scope=scope)
+        records = queries.list_documents(conn, status, error_code, scope=scope)
+        if status == DocStatus.REVIEW_PENDING:
+            reading.with_changes(conn, records[:limit])
+        return records
 
 
 # --- helpers -------------------------------------------------------------------------

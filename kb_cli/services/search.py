@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
-from kb_cli.chunking import contextual_text, merge_passage
+from kb_cli.chunking import contextual_text, merge_passage, pages_of
 from kb_cli.db import Connection
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
 from kb_cli.lexical.phrases import chunks_with_phrases
@@ -316,6 +316,7 @@ def _hits(
             passage = _passage(conn, row, context, covered)
             hit.text = merge_passage([chunk.text for chunk in passage])
             hit.passage = (passage[0].chunk_index, passage[-1].chunk_index)
+            hit.page, hit.page_end = pages_of([(chunk.page, chunk.page_end) for chunk in passage])
             covered |= {(row.document_id, row.revision, c.chunk_index) for c in passage}
         shown[(row.document_id, row.revision, row.chunk_index)] = hit.text
         hits.append(hit)
@@ -351,8 +352,9 @@ def _hit(row: ChunkDetail, ranked: Hit, query: Query, copies: list[ChunkDetail])
         lexical_rank=ranked.rank(Ranking.LEXICAL),
         vector_rank=ranked.rank(Ranking.VECTOR),
         page=row.page,
+        page_end=row.page_end,
         heading=row.heading,
-        snippet=snippet(row.text, query),
+        snippet=snippet(row.text, query, row.heading),
         content_type=row.content_type,
         also_in=list(also_in.values()),
     )

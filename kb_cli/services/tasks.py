@@ -17,6 +17,7 @@ from kb_cli.lifecycle import (
     TaskStatus,
 )
 from kb_cli.records import DocumentRecord, DocumentRow, QueuePlace, TaskRecord, TaskRow
+from kb_cli.services import reading
 from kb_cli.transitions import cancel_task as cancel_task_row
 from kb_cli.transitions import move_document
 
@@ -33,7 +34,7 @@ def get_record(kb: Kb, entity_id: str, kind: str | None = None) -> DocumentRecor
     document id."""
     with kb.db.read() as conn:
         if kind == "documents":
-            return queries.document_record(conn, entity_id)
+            return reading.with_review_facts(conn, queries.document_record(conn, entity_id))
         return _task_record(conn, queries.existing_task(conn, entity_id))
 
 

@@ -306,6 +306,9 @@ class Claim:
         self._kept_parse = kept_parse  # False: the claim saw no kept parse to read
         # This attempt's parse, not kept (yet): see save_parse.
         self._unsaved_parse: tuple[str, str, list[ChunkText]] | None = None
+        # Pages this attempt's parse read by OCR; None when it reused a kept parse, whose
+        # count was written with it (_keep_parse).
+        self.ocr_pages: int | None = 0
 
     def started(self) -> None:
         """The attempt begins now (a task claimed with others waited for its turn):
@@ -458,8 +461,16 @@ class Claim:
             task_id=self.task.id,
             created_at=self.claimant.now(),
         )
+        self._write_ocr_pages(conn)
         self._unsaved_parse = None
         self._kept_parse = True
+
+    def _write_ocr_pages(self, conn: Connection) -> None:
+        """The revision's count of pages read by OCR, from this attempt's parse (a reused
+        parse's count was written when it was kept)."""
+        if self.ocr_pages is not None:
+            task = self.task
+            queries.set_ocr_pages(conn, task.document_id, task.revision, self.ocr_pages)
 
     def _document_of_this_revision(self) -> DocumentRow | None:
         """The claimed document while its file is still the task's revision's."""
@@ -472,6 +483,7 @@ class Claim:
         """Say, in the task's history, that this attempt starts at the embedding stage
         with a kept parse, and write that stage now."""
         self.position = (Stage.EMBEDDING, 0, chunks)
+        self.ocr_pages = None
         self._note(
             "reuse_parse",
             f"parse of revision {self.task.revision} reused: {chunks} chunks; "
@@ -481,6 +493,7 @@ class Claim:
     def note_ocr(self, pages: int, engine: str) -> None:
         """Say, in the task's history, how many pages this parse read by OCR and with
         what engine."""
+        self.ocr_pages = pages
         plural = "" if pages == 1 else "s"
         self._note(
             "read_by_ocr",
@@ -533,6 +546,7 @@ class Claim:
         if finished is None:
             return None
         self._insert_chunks(conn, rows)
+        self._write_ocr_pages(conn)
         # The chunks are the result now; nothing retries a succeeded task. Only a claim
         # that saw (or wrote) a kept parse has one to delete: no other claim writes one.
         if self._kept_parse:

@@ -327,6 +327,7 @@ def chunk_row(
         chunk_index=chunk.index,
         text=chunk.text,
         page=chunk.page,
+        page_end=chunk.page_end,
         heading=chunk.heading and chunk.heading[:500],
         context=chunk.context or None,
         terms=terms,

@@ -277,3 +277,25 @@ def test_the_e5_model_embeds_passages_and_questions_apart_and_finds_a_paraphrase
     _published(invoke, tmp_path, "rooms.md", "# 会议\n\n会议室需要提前一天预订。")
     found = _search(invoke, "旅行的费用怎么拿回来", "--mode", "vector")
     assert found[0]["filename"] == "expenses.md"
+
+
+def test_a_passage_that_runs_onto_the_next_page_cites_both(invoke, tmp_path):
+    from tests.docgen import make_pdf
+
+    pdf = tmp_path / "policy.pdf"
+    pdf.write_bytes(
+        make_pdf(
+            [
+                "Expenses policy. Receipts are kept for the auditors of the quokka fund.",
+                "The quokka fund also pays for travel by train in second class.",
+            ]
+        )
+    )
+    uploaded = invoke("upload", str(pdf), "--submit", "--json")
+    assert uploaded.code == 0, uploaded.stderr
+    assert invoke("work", "--drain", "--json").code == 0
+    assert invoke("publish", "--all-reviewed", "--json").code == 0
+    [hit] = _search(invoke, "quokka fund train", "--mode", "lexical")
+    assert (hit["page"], hit["page_end"]) == (1, 2)  # its text starts on 1, ends on 2
+    plain = invoke("search", "quokka fund train", "--mode", "lexical")
+    assert " pages=1-2 " in plain.stdout

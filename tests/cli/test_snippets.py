@@ -29,7 +29,10 @@ def test_search_marks_whole_matched_words_in_english_and_chinese(invoke, tmp_pat
         h for h in hits(invoke, "mileage for a business trip?") if h["filename"] == "travel.md"
     ]
     words = set(re.findall(r"\w+", english["text"]))
-    assert {"Mileage", "trip", "Business"} <= set(marks(english))
+    assert {"Mileage", "trip"} <= set(marks(english))
+    # The heading the hit names is not its snippet's first line again.
+    assert english["heading"] == "Business Travel Policy"
+    assert "Travel Policy" not in english["snippet"]
     assert all(mark in words and not is_stopword(mark) for mark in marks(english))
     assert set(marks(english)) <= {"Mileage", "trip", "trips", "Business", "business"}
 
@@ -41,3 +44,11 @@ def test_search_marks_whole_matched_words_in_english_and_chinese(invoke, tmp_pat
     # 社会议题 is 社会|议题: the index holds no 会议, and a hit by meaning marks none.
     assert invoke("search", "会议", "--mode", "lexical").stdout == ""
     assert all("会议" not in marks(hit) for hit in hits(invoke, "会议"))
+
+
+def test_a_snippet_does_not_repeat_the_heading_its_hit_names(invoke, tmp_path):
+    text = "# Travel\n\n## Meals\n\nMeals during travel are paid up to 50 euros a day.\n"
+    publish(invoke, ingest(invoke, tmp_path, "travel.md", text)["document_id"])
+    [meals] = [hit for hit in hits(invoke, "meals") if hit["heading"] == "Meals"]
+    assert meals["snippet"] == "[Meals] during travel are paid up to 50 euros a day."
+    assert meals["text"].startswith("Meals\nMeals during")  # the chunk itself is whole

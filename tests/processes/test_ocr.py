@@ -82,6 +82,9 @@ def test_scanned_english_and_chinese_pages_are_found_on_their_page(tmp_path):
     [ocr] = [event for event in trail if event["action"] == "read_by_ocr"]
     assert ocr["entity_id"] == tasks[0]["task_id"]
     assert "; 1 page of revision 1 read by OCR (rapidocr 3.10" in ocr["detail"], ocr
+    # and `kb status` counts them: the scanned page, not the one with a text layer
+    pages = [run_kb("status", task["document_id"], "--json").record["ocr_pages"] for task in tasks]
+    assert pages == [1, 1], pages
 
     [hit, *_] = search("turbines delivered before March")
     assert (hit["filename"], hit["page"]) == ("contract.pdf", 2), hit

@@ -19,15 +19,17 @@ from tests.terminal import ANSI, run_bash_at_a_terminal
 UV_RUNS_THIS_KB = f"""
 uv() {{
   if [ "$1" = run ] && [ "$2" = kb ]; then shift 2; "{sys.executable}" -m kb_cli "$@"
-  else echo "the README's first block runs only 'uv run kb': uv $*" >&2; return 99; fi
+  else echo "the README's blocks run only 'uv run kb': uv $*" >&2; return 99; fi
 }}
 set -euo pipefail
 """
 
 
-def first_sh_block() -> str:
+def first_sh_block(after: str = "") -> str:
+    """The README's first sh block (after the heading `after`, when given)."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"^```sh\n(.*?)^```", readme, re.S | re.M)
+    start = readme.index(f"\n{after}\n") if after else 0
+    match = re.search(r"^```sh\n(.*?)^```", readme[start:], re.S | re.M)
     assert match, "README.md has no ```sh block"
     return match.group(1)
 
@@ -69,6 +71,27 @@ def test_every_sample_path_the_pages_name_exists():
     assert ("README.md", "sample_docs/*.*") in named
     missing = [(page, path) for page, path in named if not list(REPO.glob(path.rstrip("/")))]
     assert not missing
+
+
+def test_the_review_walkthrough_runs_as_pasted(tmp_path: Path):
+    """Sync, process, publish; change the file; sync and process again; then the
+    reviewer's status, show, diff and publish, as the README writes them."""
+    done = subprocess.run(
+        ["bash", "-c", UV_RUNS_THIS_KB + first_sh_block("## Reviewing before publishing")],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "-Twenty-five days a year." in done.stdout and "+Thirty days a year." in done.stdout
+    assert "+## Parental" in done.stdout
+    assert "change=replaces:1 chunks_added=" in done.stdout  # the list, then the one
+    assert re.search(r"^document \S+ .*status=review_pending .* chunks=\d+ ", done.stdout, re.M)
+    published = r'^document \S+ file="leave.md" status=published version=\d+ revision=2 '
+    assert re.search(published, done.stdout, re.M)
+    assert "Traceback" not in done.stderr
 
 
 def ci_example() -> str:

@@ -100,6 +100,46 @@ def test_the_document_panel_has_one_status_row_and_a_task_status_row(tmp_path):
     assert any("task status" in line and "queued" in line for line in lines_of(screen))
 
 
+def test_a_reviewer_s_panel_and_list_say_where_it_comes_from_and_what_it_changes(tmp_path):
+    """A synced document with a change waiting: the panel names the base, the path,
+    the chunks and the revision it would replace; the list of what waits for review
+    says new or how many chunks change, within 80 columns; metadata is shown."""
+    folder = tmp_path / "share"
+    (folder / "policies").mkdir(parents=True)
+    leave = folder / "policies" / "leave.md"
+    leave.write_text("# Leave\n\nTwenty-five days a year.\n", encoding="utf-8")
+    assert run_in_process("base", "create", "hr").code == 0
+    [added, _summary] = run_in_process("sync", str(folder), "--base", "hr", "--json").records
+    document_id = added["document_id"]
+    assert run_in_process("work", "--drain").code == 0
+    assert run_in_process("publish", document_id).code == 0
+    leave.write_text("# Leave\n\nThirty days a year.\n\n## Parental\n\nSix months.\n")
+    (folder / "travel.md").write_text("# Travel\n\nTrains only.\n", encoding="utf-8")
+    assert run_in_process("sync", str(folder), "--base", "hr").code == 0
+    assert run_in_process("work", "--drain").code == 0
+    code, screen = run_in_terminal("status", document_id, COLUMNS=str(COLUMNS))
+    assert code == 0
+    rows = {
+        line.strip("│ ").split("  ")[0]: line.strip("│ ").split("  ", 1)[-1].strip()
+        for line in lines_of(screen)
+        if "│" in line
+    }
+    assert rows["base"] == "hr"
+    assert rows["path"].startswith("policies/leave.md (in")
+    assert rows["chunks"].startswith("2 (revision 2)"), rows
+    assert rows["replaces"].startswith("revision 1, served now: +2 -1 chunks, 0 kept"), rows
+    code, screen = run_in_terminal("status", "--status", "review_pending", COLUMNS=str(COLUMNS))
+    lines = lines_of(screen)
+    assert code == 0 and all(cell_len(line) <= COLUMNS for line in lines), lines
+    [changed] = [line for line in lines if document_id[:8] in line]
+    assert "+2 -1, 0 kept" in changed
+    [new] = [line for line in lines if "travel.md" in line]
+    assert " new " in new
+    tagged = upload(tmp_path, "memo.md", "--meta", "owner=legal", "--meta", "year=2026")
+    code, screen = run_in_terminal("status", tagged["document_id"], COLUMNS=str(COLUMNS))
+    assert code == 0 and "owner=legal, year=2026" in screen
+
+
 def test_status_shows_synced_paths_and_gives_the_name_the_room(tmp_path):
     """Two bases, a task running and one failed, at 80 columns: a synced document is
     shown by its path (policies/README.md and it/README.md differ), a long one cut in

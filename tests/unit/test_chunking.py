@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kb_cli.chunking import OVERLAP_CHARS, TARGET_CHARS, ChunkText, chunk_blocks
+from kb_cli.chunking import OVERLAP_CHARS, TARGET_CHARS, ChunkText, chunk_blocks, pages_of
 from kb_cli.parsers import Block
 from tests.docgen import VOCABULARY
 
@@ -293,6 +293,14 @@ def test_chunk_page_is_the_page_it_starts_on() -> None:
     assert chunks[0].text == "a" * 50 + "\n" + "b" * 50
     assert chunks[1].text.endswith("c" * 120)
     assert chunks[2].text.endswith("d" * 120 + "\n" + "e" * 20)
+    # ... and the last page its text reaches, when that is another.
+    assert [chunk.page_end for chunk in chunks] == [2, None, 5]
+
+
+def test_the_pages_of_a_passage_run_from_its_first_chunk_to_the_last_page_reached() -> None:
+    assert pages_of([(3, None), (3, 4), (4, None)]) == (3, 4)
+    assert pages_of([(2, None), (2, None)]) == (2, None)
+    assert pages_of([(None, None)]) == (None, None)
 
 
 def test_page_of_each_chunk_is_where_its_own_text_starts() -> None:
