@@ -91,7 +91,7 @@ class TaskSettings:
 TASK_VARIABLES = {"chunk_chars": "KB_CHUNK_CHARS", "ocr": "KB_OCR", "pdf_backend": "KB_PDF_BACKEND"}
 # What one parse may cost a worker: its own to set, for its machine. A task does not
 # carry them (an editor's command cannot raise a worker's memory or time); a queuing
-# command given one says so (cli/shared.py, warn_worker_settings).
+# command given one is refused (cli/shared.py, refuse_worker_settings).
 WORKER_VARIABLES = {
     "max_chars": "KB_MAX_CHARS",
     "max_pages": "KB_MAX_PAGES",

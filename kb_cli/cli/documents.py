@@ -15,8 +15,8 @@ from kb_cli.cli.shared import (
     open_granted,
     open_kb,
     print_with_filenames,
+    refuse_worker_settings,
     settings_of,
-    warn_worker_settings,
 )
 from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
@@ -100,6 +100,8 @@ def upload(
             console.warn(f"the new file differs in name or type: {replaced.renamed}")
         records: list[Any] = [replaced.record]
     else:
+        if submit:
+            refuse_worker_settings(ctx)
         # Checked before the knowledge base is opened: a refused upload creates no home.
         checked = documents.check_files(files, settings_of(ctx).max_upload_bytes)
         kb = open_kb(ctx, UPLOAD, base or DEFAULT_BASE, create=True)
@@ -121,8 +123,6 @@ def upload(
                 progress.close()
         console.warn_duplicates(uploaded.duplicates)
         console.note_skipped(uploaded.skipped)
-        if submit:
-            warn_worker_settings(kb.settings)
         records = uploaded.records
     print_with_filenames(records, json_out)
 
@@ -141,9 +141,9 @@ def submit(
     """
     from kb_cli.services import documents
 
+    refuse_worker_settings(ctx)
     kb, grant = open_granted(ctx, SUBMIT, document_id)
     record = documents.submit_document(kb, grant.full_id)
-    warn_worker_settings(kb.settings)
     print_with_filenames([record], json_out)
 
 

@@ -14,6 +14,7 @@ import typer
 
 from kb_cli import console
 from kb_cli.config import MAX_SECONDS
+from kb_cli.errors import UsageError
 from kb_cli.permissions import DEFAULT_BASE, Rule, Target
 
 if TYPE_CHECKING:
@@ -145,19 +146,22 @@ def settings_of(ctx: typer.Context) -> Settings:
     return resolve_settings(options.home, options.database_url, options.object_store)
 
 
-def warn_worker_settings(settings: Settings) -> None:
-    """A command that queues tasks, run with a worker's limits set (KB_PARSE_TIMEOUT,
-    KB_MAX_PAGES, ...): say that the tasks do not carry them, instead of ignoring them
-    in silence. Only a value other than the default is named: a shell that exports the
-    defaults (or nothing) is not warned."""
-    names = settings.worker_variables()
+def refuse_worker_settings(ctx: typer.Context) -> None:
+    """A command about to queue tasks, run with a worker's limits set (KB_PARSE_TIMEOUT,
+    KB_MAX_PAGES, ...): refused before anything is made, rather than queued with the
+    limits silently ignored (a task does not carry them: the worker that runs it uses
+    its own). Only a value other than the default counts: a shell that exports the
+    defaults (or nothing) is not refused."""
+    names = settings_of(ctx).worker_variables()
     if not names:
         return
     many = len(names) > 1
     listed = f"{', '.join(names[:-1])} and {names[-1]}" if many else names[0]
-    console.warn(
-        f"{listed}: a worker's limit{'s' if many else ''}, which a task does not carry; the "
-        f"worker that runs it uses its own (set {'them' if many else 'it'} where kb work runs)"
+    them = "them" if many else "it"
+    raise UsageError(
+        f"{listed}: a worker's limit{'s' if many else ''}, which a task does not carry (the "
+        f"worker that runs it uses its own): set {them} where kb work runs, and run this "
+        f"command without {them}"
     )
 
 

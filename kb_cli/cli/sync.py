@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import JsonFlag, YesFlag, open_granted, open_kb, warn_worker_settings
+from kb_cli.cli.shared import JsonFlag, YesFlag, open_granted, open_kb, refuse_worker_settings
 from kb_cli.permissions import DEFAULT_BASE, EDITORS, Rule, Target
 
 SYNC = Rule("sync", EDITORS, Target.BASE)
@@ -81,6 +81,8 @@ def sync(
     options = service.SyncOptions(
         name, missing, dry_run, tuple(include or ()), tuple(exclude or ()), checksum
     )
+    if not dry_run:
+        refuse_worker_settings(ctx)
     kb = open_kb(ctx, SYNC, name, create=not dry_run)  # a dry run writes nothing, no home
     run = service.sync(kb, source, options)
     for message in run.notes:
@@ -95,8 +97,6 @@ def sync(
     finally:
         display.close()
     display.summary(summary)
-    if not dry_run and (summary.counts[service.ADDED] or summary.counts[service.CHANGED]):
-        warn_worker_settings(kb.settings)
     failed = summary.counts[service.FAILED]
     if failed:
         raise SyncIncomplete(
@@ -144,6 +144,8 @@ def reparse(
     """
     from kb_cli.services import reparse as service
 
+    if not dry_run:
+        refuse_worker_settings(ctx)
     refs = document_ids or []
     rule, target = (REPARSE, refs[0]) if refs else (REPARSE_IN_BASE, base)
     kb, grant = open_granted(ctx, rule, target, more=refs[1:])
@@ -152,6 +154,4 @@ def reparse(
     if not dry_run and bulk and planned and not yes and not console.confirm_reparse(planned):
         raise typer.Exit(1)
     done = planned if dry_run else service.reparse(kb, planned)
-    if any(item.queued for item in done):
-        warn_worker_settings(kb.settings)
     console.print_reparse(done, json_out, dry_run)

@@ -18,7 +18,7 @@ from kb_cli.cli.shared import (
     open_granted,
     open_kb,
     print_with_filenames,
-    warn_worker_settings,
+    refuse_worker_settings,
 )
 from kb_cli.config import WORKER_DEFAULTS
 from kb_cli.errors import UsageError, WaitTimeout
@@ -233,13 +233,12 @@ def retry(
         raise UsageError("give either an ID or --all-failed: kb retry ID / kb retry --all-failed")
     if error_code and not all_failed:
         raise UsageError("--error-code only applies with --all-failed")
+    refuse_worker_settings(ctx)
     kb, grant = open_granted(ctx, RETRY, entity_id)
     if entity_id is None:
         records = tasks.retry_all_failed(kb, error_code)
     else:
         records = [tasks.retry_task(kb, grant.full_id, grant.kind)]
-    if records:
-        warn_worker_settings(kb.settings)
     print_with_filenames(records, json_out)
     if not records:  # said like publish --all-reviewed's
         with_code = f" with {error_code}" if error_code else ""

@@ -159,23 +159,35 @@ def test_the_pdf_settings_travel_with_the_task(invoke, monkeypatch, tmp_path, pr
     assert submitted.endswith("; settings KB_OCR=off, KB_PDF_BACKEND=pypdf"), submitted
 
 
-def test_a_worker_s_limit_given_to_a_queuing_command_is_named(invoke, monkeypatch, tmp_path):
-    monkeypatch.setenv("KB_PARSE_TIMEOUT", "600")  # the default: nothing to say
+def test_a_worker_s_limit_given_to_a_queuing_command_is_refused(invoke, monkeypatch, tmp_path):
+    monkeypatch.setenv("KB_PARSE_TIMEOUT", "600")  # the default: nothing to refuse
     quiet = invoke("upload", str(_long_note(tmp_path, "a.md")), "--submit", "--json")
     assert quiet.code == 0 and quiet.stderr == ""
+    draft = invoke("upload", str(_long_note(tmp_path, "draft.md")), "--json").record
     monkeypatch.setenv("KB_PARSE_TIMEOUT", "900")
     monkeypatch.setenv("KB_MAX_PAGES", "20000")
     (tmp_path / "b.md").write_text("# B\n\nAnother note.\n")
-    said = invoke("upload", str(tmp_path / "b.md"), "--submit", "--json")
-    assert said.code == 0 and len(said.records) == 1  # stdout: the records only
-    assert said.stderr == (
-        "kb: warning: KB_MAX_PAGES and KB_PARSE_TIMEOUT: a worker's limits, which a task "
-        "does not carry; the worker that runs it uses its own (set them where kb work runs)\n"
-    )
-    [row] = db_rows(
-        "SELECT settings FROM ingestion_tasks WHERE id = :id", id=said.record["task_id"]
-    )
-    assert row["settings"] is None  # nothing of them travels
+    before = db_rows("SELECT id FROM ingestion_tasks")
+    for args in [
+        ("upload", str(tmp_path / "b.md"), "--submit"),
+        ("submit", draft["document_id"]),
+        ("retry", "--all-failed"),
+        ("reparse", quiet.record["document_id"]),
+        ("sync", str(tmp_path), "--base", "default"),
+    ]:
+        refused = invoke(*args, "--json")
+        assert check_error(refused, 2, "usage")["message"] == (
+            "KB_MAX_PAGES and KB_PARSE_TIMEOUT: a worker's limits, which a task does not "
+            "carry (the worker that runs it uses its own): set them where kb work runs, and "
+            "run this command without them"
+        ), args
+        assert refused.stdout == "", args
+    assert db_rows("SELECT id FROM ingestion_tasks") == before  # nothing queued
+    assert len(invoke("status", "--json").records) == 2  # nothing stored
+    # what queues nothing is not refused: a draft upload, a dry run, a worker
+    assert invoke("upload", str(tmp_path / "b.md"), "--json").code == 0
+    assert invoke("sync", str(tmp_path), "--dry-run", "--json").code == 0
+    assert invoke("work", "--json").code == 0
 
 
 @pytest.mark.empty_database

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kb_cli.config import WORKER_VARIABLES
 from tests.docgen import make_epub, make_pptx, make_xlsx, raw_pdf, zip_bomb
 from tests.helpers import db_rows, kb_env, run_in_process, run_kb, start_kb, wait_until
 
@@ -90,9 +91,11 @@ MEASURE = (
 
 def work_measured(tmp_path: Path, document: Path, **env: str) -> tuple[dict, int]:
     """Upload and submit `document`, run one worker on it; (the final task record, the
-    peak RSS in MiB of the worker and its parse children)."""
+    peak RSS in MiB of the worker and its parse children). A worker's limits in `env`
+    are the worker's: the upload, which may not carry them, is run without."""
     environment = kb_env(KB_EMBEDDINGS="none", **env)
-    submitted = run_in_process("upload", str(document), "--submit", "--json", env=environment)
+    queuing = {k: v for k, v in environment.items() if k not in WORKER_VARIABLES.values()}
+    submitted = run_in_process("upload", str(document), "--submit", "--json", env=queuing)
     assert submitted.code == 0, submitted.stderr
     command = [sys.executable, "-m", "kb_cli", "work", "--json", "--max-attempts", "1"]
     done = subprocess.run(
@@ -254,8 +257,10 @@ def test_a_stop_or_cancel_ends_a_long_parse_within_two_seconds(tmp_path, how):
     path = tmp_path / "slow.docx"
     path.write_bytes(many_paragraph_docx(1_000_000))
     # Under the default memory limit this parse would end by itself before the stop.
-    env = kb_env(KB_EMBEDDINGS="none", KB_PARSE_MAX_MEMORY_MB="2048")
-    task = run_kb("upload", str(path), "--submit", "--json", env=env).record
+    env = kb_env(KB_EMBEDDINGS="none", KB_PARSE_MAX_MEMORY_MB="2048")  # the worker's
+    task = run_kb(
+        "upload", str(path), "--submit", "--json", env=kb_env(KB_EMBEDDINGS="none")
+    ).record
     worker = start_kb("work", "--json", env=env)
     wait_for_parse(task["task_id"])
     started = time.monotonic()
