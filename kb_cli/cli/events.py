@@ -53,9 +53,9 @@ def events(
     from kb_cli.worker import stop_on_signals
 
     stop = threading.Event()
-    stop_on_signals(stop, lambda _signal: None)
-    for event in events_service.follow_events(kb, since, bases, stop):
-        console.print_event(event, json_out, name_of)
+    with stop_on_signals(stop, lambda _signal: None):
+        for event in events_service.follow_events(kb, since, bases, stop):
+            console.print_event(event, json_out, name_of)
 
 
 RELAY = Rule("relay", WORKERS)
@@ -110,7 +110,7 @@ def relay(
     target = Webhook(webhook, secret or None, timeout)
     kb = open_kb(ctx, RELAY)
     stop = threading.Event()
-    stop_on_signals(stop, console.stopping)
     log = console.RelayLog(target.host, json_out)
-    log.started()
-    Relay(kb, target, log, stop).run()
+    with stop_on_signals(stop, console.stopping):
+        log.started()
+        Relay(kb, target, log, stop).run()

@@ -382,24 +382,24 @@ def work(
     else:
         listener = console.PlainWorkerLog(options.worker_id)
     stop = threading.Event()
-    stop_on_signals(stop, console.stopping)
-    kb, grant = open_granted(ctx, WORK, task_id, bases=base or ())
-    if not json_out:
-        listener.started(kb.settings.where(), kb.settings.store_where())
-    worker = Worker(kb, dataclasses.replace(options, bases=grant.bases), listener, stop)
-    limit = None if (loop or drain) else (max_tasks or 1)
-    worked = False
-    try:
-        for result in worker.run(grant.id, max_tasks=limit, loop=loop):
-            worked = worked or result.task is not None
-            if json_out:
-                console.write_json(result)
-            elif result.task is not None and not (fancy and console.is_fancy(sys.stdout)):
-                # Where stdout is the terminal the live display showed how it ended;
-                # anywhere else the record is the script's.
-                console.emit(console.task_line(result.task))
-    finally:
-        listener.close()
+    with stop_on_signals(stop, console.stopping):
+        kb, grant = open_granted(ctx, WORK, task_id, bases=base or ())
+        if not json_out:
+            listener.started(kb.settings.where(), kb.settings.store_where())
+        worker = Worker(kb, dataclasses.replace(options, bases=grant.bases), listener, stop)
+        limit = None if (loop or drain) else (max_tasks or 1)
+        worked = False
+        try:
+            for result in worker.run(grant.id, max_tasks=limit, loop=loop):
+                worked = worked or result.task is not None
+                if json_out:
+                    console.write_json(result)
+                elif result.task is not None and not (fancy and console.is_fancy(sys.stdout)):
+                    # Where stdout is the terminal the live display showed how it ended;
+                    # anywhere else the record is the script's.
+                    console.emit(console.task_line(result.task))
+        finally:
+            listener.close()
     if not worked and task_id is None and not json_out:
         _hint_drafts(kb, grant.bases)
 
