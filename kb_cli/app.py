@@ -54,6 +54,28 @@ class Kb:
         provider is injected by assigning this attribute."""
         return make_embedder(self.settings.embeddings)
 
+    def embedder_for(self, model: str | None) -> Embedder | None:
+        """The embedder of a base whose model is `model` (a provider name; None: the
+        base follows KB_EMBEDDINGS, the configured one above), built once a process."""
+        if model is None or model == self.settings.embeddings.provider:
+            return self.embedder
+        if model not in self._embedders:
+            provider = dataclasses.replace(self.settings.embeddings, provider=model)
+            self._embedders[model] = make_embedder(provider)
+        return self._embedders[model]
+
+    def models_in(self, conn: Connection, scope: Scope) -> dict[str, list[str]]:
+        """Each embedding provider of the bases in `scope`, with the bases it embeds
+        (a base that follows KB_EMBEDDINGS under the configured provider), by name."""
+        bases_of: dict[str, list[str]] = {}
+        for base, model in sorted(queries.base_models(conn, scope).items()):
+            bases_of.setdefault(model or self.settings.embeddings.provider, []).append(base)
+        return bases_of
+
+    @functools.cached_property
+    def _embedders(self) -> dict[str, Embedder | None]:
+        return {}
+
     @functools.cached_property
     def reranker(self) -> Reranker | None:
         """The configured reranker (None: off), built on first use like the embedder."""

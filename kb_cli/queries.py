@@ -655,10 +655,13 @@ def base_of(conn: Connection, entity_id: str) -> str | None:
 
 
 class BaseRow(NamedTuple):
-    """A base of `bases` with how many documents it has."""
+    """A base of `bases` with how many documents it has, its embedding model (None: the
+    process's KB_EMBEDDINGS) and the model a switch is building vectors of."""
 
     base: str
     documents: int
+    model: str | None
+    model_next: str | None
 
 
 class BaseTeam(NamedTuple):
@@ -676,7 +679,8 @@ def list_bases(conn: Connection, scope: Scope) -> list[BaseRow]:
     scoped, params = scope_filter(Scope(scope.reader, scope.bases), "b.name")
     sql = (
         f"SELECT b.name AS base, (SELECT count(*) FROM {DOCUMENTS} AS d WHERE d.base = b.name)"
-        f" AS documents FROM {BASES} AS b{where_all([scoped])} ORDER BY b.name"
+        f" AS documents, b.model, b.model_next FROM {BASES} AS b{where_all([scoped])}"
+        " ORDER BY b.name"
     )
     return [BaseRow._make(row) for row in conn.execute(sql, params)]
 
@@ -688,8 +692,21 @@ def base_members(conn: Connection) -> tuple[list[BaseTeam], list[BaseGrant]]:
     return list(map(BaseTeam._make, teams)), list(map(BaseGrant._make, grants))
 
 
-def insert_base(conn: Connection, name: str, at: str) -> None:
-    _insert(conn, BASES, {"name": name, "created_at": at})
+def insert_base(conn: Connection, name: str, at: str, model: str | None = None) -> None:
+    _insert(conn, BASES, {"name": name, "created_at": at, "model": model})
+
+
+def base_models(conn: Connection, scope: Scope) -> dict[str, str | None]:
+    """Each base in `scope`: its embedding model (None: the process's KB_EMBEDDINGS)."""
+    scoped, params = scope_filter(Scope(scope.reader, scope.bases), "b.name")
+    sql = f"SELECT b.name, b.model FROM {BASES} AS b{where_all([scoped])}"
+    return dict(conn.execute(sql, params).all())
+
+
+def base_model(conn: Connection, base: str) -> str | None:
+    """The base's embedding model; None: the process's KB_EMBEDDINGS (or no such base)."""
+    row = conn.execute(f"SELECT model FROM {BASES} WHERE name = :base", {"base": base}).first()
+    return None if row is None else row[0]
 
 
 def insert_teams(conn: Connection, names: Iterable[str], at: str) -> None:
@@ -1518,16 +1535,28 @@ class RevisionChunks(NamedTuple):
     chunks: int
 
 
-def revisions_to_embed(conn: Connection, model: str) -> list[RevisionChunks]:
-    """(document_id, revision, chunks) of every revision with chunks not yet embedded
-    by `model`, published revisions first."""
+def revisions_to_embed(
+    conn: Connection, model: str, bases: Sequence[str] | None = None
+) -> list[RevisionChunks]:
+    """(document_id, revision, chunks) of every revision (of `bases`: None, every base)
+    with chunks not yet embedded by `model`, published revisions first."""
+    in_bases, params = _in_list("d.base", "b", bases)
     sql = f"""SELECT c.document_id, c.revision, count(*) AS chunks
         FROM {CHUNKS} AS c JOIN {DOCUMENTS} AS d ON d.id = c.document_id
-        WHERE c.embedding_model IS NULL OR c.embedding_model != :model
+        WHERE (c.embedding_model IS NULL OR c.embedding_model != :model){in_bases}
         GROUP BY c.document_id, c.revision, d.published_revision
         ORDER BY CASE WHEN c.revision = d.published_revision THEN 0 ELSE 1 END,
                  c.document_id, c.revision"""
-    return [RevisionChunks._make(row) for row in conn.execute(sql, {"model": model})]
+    return [RevisionChunks._make(row) for row in conn.execute(sql, {**params, "model": model})]
+
+
+def _in_list(column: str, prefix: str, values: Sequence[str] | None) -> tuple[str, dict[str, str]]:
+    """` AND column IN (...)` with its parameters; nothing when `values` is None."""
+    if values is None:
+        return "", {}
+    names = {f"{prefix}{i}": value for i, value in enumerate(values)}
+    listed = ", ".join(f":{name}" for name in names) or "NULL"
+    return f" AND {column} IN ({listed})", names
 
 
 class ChunkToEmbed(NamedTuple):
@@ -1559,6 +1588,124 @@ def set_embeddings(
         f"UPDATE {CHUNKS} SET {', '.join(f'{name} = :{name}' for name in columns)} WHERE id = :id",
         _with_beside({}, rows, beside),
     )
+    bump_vector_epoch(conn)
+
+
+# --- a base's switch of embedding model (kb reindex --base --model) -------------------
+
+VECTOR_BUILDS = "vector_builds"
+
+
+def start_model_switch(conn: Connection, base: str, model: str) -> None:
+    """Mark `base` as switching to `model`. The vectors a switch to another model had
+    built are dropped: they are of no use to this one."""
+    if switching_to(conn, base) != model:
+        conn.execute(f"DELETE FROM {VECTOR_BUILDS} WHERE base = :base", {"base": base})
+        conn.execute(
+            f"UPDATE {BASES} SET model_next = :model WHERE name = :base",
+            {"base": base, "model": model},
+        )
+
+
+def switching_to(conn: Connection, base: str) -> str | None:
+    sql = f"SELECT model_next FROM {BASES} WHERE name = :base"
+    model: str | None = conn.execute(sql, {"base": base}).scalar()
+    return model
+
+
+def revisions_to_build(conn: Connection, base: str, model: str) -> list[RevisionChunks]:
+    """(document_id, revision, chunks) of each revision of the base with chunks that
+    have no vector of `model` built yet, published revisions first."""
+    sql = f"""SELECT c.document_id, c.revision, count(*) AS chunks
+        FROM {CHUNKS} AS c JOIN {DOCUMENTS} AS d ON d.id = c.document_id
+        WHERE d.base = :base AND NOT EXISTS (SELECT 1 FROM {VECTOR_BUILDS} AS v
+            WHERE v.chunk_id = c.id AND v.model = :model)
+        GROUP BY c.document_id, c.revision, d.published_revision
+        ORDER BY CASE WHEN c.revision = d.published_revision THEN 0 ELSE 1 END,
+                 c.document_id, c.revision"""
+    rows = conn.execute(sql, {"base": base, "model": model})
+    return [RevisionChunks._make(row) for row in rows]
+
+
+def chunks_to_build(
+    conn: Connection, document_id: str, revision: int, model: str
+) -> list[ChunkToEmbed]:
+    sql = f"""SELECT c.id, c.text, c.context FROM {CHUNKS} AS c
+        WHERE c.document_id = :id AND c.revision = :rev AND NOT EXISTS (
+            SELECT 1 FROM {VECTOR_BUILDS} AS v WHERE v.chunk_id = c.id AND v.model = :model)
+        ORDER BY c.chunk_index"""
+    params = {"id": document_id, "rev": revision, "model": model}
+    return [ChunkToEmbed._make(row) for row in conn.execute(sql, params)]
+
+
+def insert_built_vectors(conn: Connection, base: str, rows: Sequence[ChunkVector]) -> None:
+    """Vectors of the switch's model beside the chunks' own (a chunk deleted meanwhile
+    is skipped; one built twice, by two switches at once, is kept once)."""
+    sql = f"""INSERT INTO {VECTOR_BUILDS} (chunk_id, base, model, embedding, embedding_dim)
+        SELECT c.id, :base, :model, :embedding, :dim FROM {CHUNKS} AS c WHERE c.id = :id
+        ON CONFLICT (chunk_id) DO NOTHING"""
+    conn.executemany(
+        sql,
+        [
+            {
+                "id": r.id,
+                "base": base,
+                "model": r.embedding_model,
+                "embedding": r.embedding,
+                "dim": r.embedding_dim,
+            }
+            for r in rows
+        ],
+    )
+
+
+def chunks_without_built_vector(conn: Connection, base: str, model: str) -> int:
+    sql = f"""SELECT count(*) FROM {CHUNKS} AS c JOIN {DOCUMENTS} AS d ON d.id = c.document_id
+        WHERE d.base = :base AND NOT EXISTS (SELECT 1 FROM {VECTOR_BUILDS} AS v
+            WHERE v.chunk_id = c.id AND v.model = :model)"""
+    return int(conn.execute(sql, {"base": base, "model": model}).scalar())
+
+
+def finish_model_switch(conn: Connection, base: str, provider: str, model: str | None) -> int:
+    """In one transaction: every chunk of the base takes its built vector of `model`
+    (the vector index columns derive from it: pgvector's trigger), or none when `model`
+    is None (the provider `none`), the base takes `provider`, the built vectors are
+    dropped; the number of chunks switched."""
+    if model is None:
+        return _drop_base_vectors(conn, base, provider)
+    built = f"FROM {VECTOR_BUILDS} AS v WHERE v.chunk_id = {CHUNKS}.id AND v.model = :model"
+    switched = conn.execute(
+        f"""UPDATE {CHUNKS} SET embedding = (SELECT v.embedding {built}),
+            embedding_model = :model, embedding_dim = (SELECT v.embedding_dim {built})
+        WHERE id IN (SELECT chunk_id FROM {VECTOR_BUILDS} WHERE base = :base AND model = :model)""",
+        {"base": base, "model": model},
+    ).rowcount
+    conn.execute(
+        f"UPDATE {BASES} SET model = :provider, model_next = NULL WHERE name = :base",
+        {"base": base, "provider": provider},
+    )
+    conn.execute(f"DELETE FROM {VECTOR_BUILDS} WHERE base = :base", {"base": base})
+    bump_vector_epoch(conn)
+    return switched
+
+
+def _drop_base_vectors(conn: Connection, base: str, provider: str) -> int:
+    dropped = conn.execute(
+        f"""UPDATE {CHUNKS} SET embedding = NULL, embedding_model = NULL, embedding_dim = NULL
+        WHERE document_id IN (SELECT id FROM {DOCUMENTS} WHERE base = :base)""",
+        {"base": base},
+    ).rowcount
+    conn.execute(
+        f"UPDATE {BASES} SET model = :provider, model_next = NULL WHERE name = :base",
+        {"base": base, "provider": provider},
+    )
+    bump_vector_epoch(conn)
+    return dropped
+
+
+def bump_vector_epoch(conn: Connection) -> None:
+    """A vector index built before holds vectors some chunks no longer have: it is
+    stale from this commit."""
     conn.execute(
         "INSERT INTO kb_meta (key, value) VALUES ('vector_epoch', '1') ON CONFLICT (key)"
         " DO UPDATE SET value = CAST(CAST(kb_meta.value AS INTEGER) + 1 AS VARCHAR(20))"

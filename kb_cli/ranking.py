@@ -112,16 +112,24 @@ def single(ranking: Ranking, scored: list[Scored]) -> list[Hit]:
     return [Hit(chunk, score, {ranking: rank}) for rank, (chunk, score) in enumerate(scored, 1)]
 
 
-def fuse(rankings: Mapping[Ranking, tuple[list[Scored], float]], k: int = RRF_K) -> list[Hit]:
-    """Weighted Reciprocal Rank Fusion of (scored chunks, weight) per ranking: a chunk
-    scores the sum of weight / (k + its rank) over the rankings that returned it, each
-    in the order given. Ties by the best of its ranks, then by chunk id."""
+# A ranking's chunks, best first, and its weight in the fusion. One ranking may come in
+# several parts over chunks no other part holds: the meaning ranking of each embedding
+# model that embeds some of the bases searched.
+Part = tuple[Ranking, list[Scored], float]
+
+
+def fuse(parts: Sequence[Part], k: int = RRF_K) -> list[Hit]:
+    """Weighted Reciprocal Rank Fusion of the parts: a chunk scores the sum of weight /
+    (k + its rank in the part) over the parts that returned it, each in the order given.
+    Ties by the best of its ranks, then by chunk id."""
     ranks: dict[int, dict[Ranking, int]] = defaultdict(dict)
-    for ranking, (scored, _weight) in rankings.items():
+    weights: dict[int, dict[Ranking, float]] = defaultdict(dict)
+    for ranking, scored, weight in parts:
         for rank, (chunk, _score) in enumerate(scored, 1):
             ranks[chunk][ranking] = rank
+            weights[chunk][ranking] = weight
     hits = [
-        Hit(chunk, sum(rankings[r][1] / (k + rank) for r, rank in held.items()), held)
+        Hit(chunk, sum(weights[chunk][r] / (k + rank) for r, rank in held.items()), held)
         for chunk, held in ranks.items()
     ]
     hits.sort(key=lambda hit: (-hit.score, min(hit.ranks.values()), hit.chunk))

@@ -409,6 +409,8 @@ class SearchHit:
     passage: tuple[int, int] | None = None
     content_type: str | None = None  # of the revision served, like filename
     also_in: list[AlsoIn] = field(default_factory=list)
+    # The embedding model that ranked its base's chunks by meaning (None: words alone).
+    model: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         record = dict(self.__dict__)
@@ -441,12 +443,18 @@ class AuditRecord:
 
 @dataclass
 class BaseRecord:
-    """A knowledge base: who reads it (no teams: everyone), and how many documents."""
+    """A knowledge base: who reads it (no teams: everyone), how many documents, and its
+    embedding model: `model` the provider its vectors come from, `model_from` "base"
+    when the base chose it, "KB_EMBEDDINGS" when it follows the process's setting;
+    `switching_to` the model a `kb reindex --base --model` switch is building."""
 
     base: str
     teams: list[str]
     grants: list[str]
     documents: int
+    model: str
+    model_from: str
+    switching_to: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

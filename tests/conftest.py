@@ -38,7 +38,7 @@ from tests.helpers import (
     run_in_process,
     sqlite_home_from,
 )
-from tests.loopback import s3_server, s3_store_env
+from tests.loopback import OpenAIEmbeddings, openai_variables, s3_server, s3_store_env, serving
 
 UNIT_TESTS = Path(__file__).parent / "unit"
 
@@ -236,3 +236,14 @@ def invoke():
         return run_in_process(*args, env=env)
 
     return run
+
+
+@pytest.fixture
+def embedding_server(monkeypatch):
+    """An OpenAI-compatible embedding server on loopback, and KB_EMBEDDINGS=openai
+    pointing at it (tests/loopback.py, OpenAIEmbeddings)."""
+    OpenAIEmbeddings.failure, OpenAIEmbeddings.delay, OpenAIEmbeddings.requests = None, 0.0, []
+    with serving(OpenAIEmbeddings) as port:
+        for name, value in openai_variables(port).items():
+            monkeypatch.setenv(name, value)
+        yield OpenAIEmbeddings

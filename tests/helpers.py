@@ -263,6 +263,10 @@ def clean_env(keep_engine: bool = True, **values: str | Path | None) -> dict[str
 # --- steps many tests take (an `invoke` is the fixture's runner) ------------------------
 
 
+# What a base record says of a base created without --model: it follows KB_EMBEDDINGS.
+FOLLOWS_SETTING = {"model": "local", "model_from": "KB_EMBEDDINGS", "switching_to": None}
+
+
 def ingest(invoke, tmp_path: Path, name: str, text: str, token: str | None = None) -> dict:
     """Write, upload and submit a text file, run one worker; the submitted task record."""
     path = tmp_path / name

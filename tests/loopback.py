@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 
 class JsonHandler(BaseHTTPRequestHandler):
@@ -99,4 +101,39 @@ def s3_store_env(endpoint: str, bucket: str = TEST_BUCKET) -> dict[str, str]:
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_REGION": "us-east-1",
         **TEST_KEYS,
+    }
+
+
+class OpenAIEmbeddings(JsonHandler):
+    """Answers like OpenAI's /v1/embeddings (a 3-dimension vector made of the text's
+    length and its e's), or fails as the test tells it to; `delay` seconds a request."""
+
+    failure: tuple[int, str] | None = None
+    delay: float = 0.0
+    requests: ClassVar[list[dict]] = []
+
+    def do_POST(self) -> None:
+        body = self.read_json()
+        type(self).requests.append({"body": body, "auth": self.headers.get("Authorization")})
+        time.sleep(self.delay)
+        if self.failure:
+            status, message = self.failure
+            self.send_json(status, {"error": {"message": message}})
+            return
+        data = [
+            {"index": i, "embedding": [len(text) % 7 + 1.0, text.count("e") + 1.0, 1.0]}
+            for i, text in enumerate(body["input"])
+        ]
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a killed client
+            self.send_json(200, {"data": data, "model": body["model"]})
+
+
+def openai_variables(port: int) -> dict[str, str]:
+    """The environment that points kb's `openai` provider at OpenAIEmbeddings."""
+    return {
+        "KB_EMBEDDINGS": "openai",
+        "KB_EMBEDDING_URL": f"http://127.0.0.1:{port}/v1",
+        "KB_EMBEDDING_MODEL": "tiny-embed",
+        "KB_EMBEDDING_API_KEY": "sk-test-secret-key",
+        "KB_EMBEDDING_BATCH": "2",
     }

@@ -22,19 +22,38 @@ BASE_MOVE = Rule("base", ADMINS, Target.DOCUMENT)
 BaseName = Annotated[str, typer.Argument(metavar="NAME", help="Knowledge base name.")]
 
 
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        metavar="NAME",
+        help="The base's embedding model: local, multilingual, e5, openai or none "
+        "(default: it follows KB_EMBEDDINGS).",
+        show_default=False,
+    ),
+]
+
+
 @base_app.command("create")
 def base_create(
-    ctx: typer.Context, name: BaseName, teams: TeamOption = None, json_out: JsonFlag = False
+    ctx: typer.Context,
+    name: BaseName,
+    teams: TeamOption = None,
+    model: ModelOption = None,
+    json_out: JsonFlag = False,
 ) -> None:
-    """Create a knowledge base (admin): readable by everyone, or only by the teams named.
+    """Create a knowledge base (admin): readable by everyone, or only by the teams named;
+    embedded by the model named (without --model: whatever KB_EMBEDDINGS says).
 
-    Example: kb base create engineering --team engineering
+    Example: kb base create handbooks-zh --model multilingual --team support
     """
+    from kb_cli.embeddings import check_model
     from kb_cli.services import bases
 
-    console.print_bases(
-        [bases.create_base(open_kb(ctx, BASE_CREATE, create=True), name, teams or [])], json_out
-    )
+    if model is not None:
+        check_model(model)  # before anything is made
+    kb = open_kb(ctx, BASE_CREATE, create=True)
+    console.print_bases([bases.create_base(kb, name, teams or [], model)], json_out)
 
 
 @base_app.command("list")

@@ -1,5 +1,7 @@
 """Maintenance: `kb reindex`, `kb doctor`, `kb demo` and the `kb db` sub-app."""
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 import typer
@@ -18,7 +20,7 @@ def reindex(
         bool,
         typer.Option(
             "--embeddings",
-            help="Embed every chunk that has no vector of the configured model.",
+            help="Embed every chunk that has no vector of its base's model.",
         ),
     ] = False,
     vectors: Annotated[
@@ -28,36 +30,74 @@ def reindex(
             help="Rebuild the vector index of a SQLite home from the database.",
         ),
     ] = False,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            metavar="NAME",
+            help="With --model: the base whose embedding model to switch.",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            metavar="NAME",
+            help="Switch the --base to this model (local, multilingual, e5, openai, none) "
+            "online: new vectors are built beside the served ones, then swapped in.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Re-embed stored chunks after the embedding model changed, or rebuild the vector
-    index (admin).
+    """Switch a base's embedding model online, re-embed stored chunks, or rebuild the
+    vector index (admin).
 
-    Search compares only vectors of the configured model, so until this has run, chunks
-    embedded by another model rank by their words alone. Works in batches; stopped with
-    Ctrl-C, running it again resumes where it stopped. --vectors writes a SQLite home's
-    vector index anew (search uses it once it has 20,000 chunks with vectors; the worker
-    keeps it current, `kb doctor` reports it stale).
+    --base NAME --model M builds a vector of M for every chunk of the base while search
+    goes on serving the old ones, then swaps them in one transaction; stopped or killed,
+    running it again resumes. --embeddings gives a vector of its base's model to every
+    chunk that lacks one (until then it ranks by its words alone). --vectors writes a
+    SQLite home's vector index anew (search uses it once it has 20,000 chunks with
+    vectors; the worker keeps it current, `kb doctor` reports it stale).
 
-    Example: KB_EMBEDDINGS=openai kb reindex --embeddings
+    Examples: kb reindex --base handbooks --model multilingual; kb reindex --embeddings
     """
-    from kb_cli.services.reindex import rebuild_vector_index, reindex_embeddings
+    from kb_cli.services import reindex as service
 
-    if not embeddings and not vectors:
-        raise UsageError("say what to rebuild: kb reindex --embeddings, or --vectors")
-    kb = open_kb(ctx, REINDEX, create=False)
-    if vectors and not embeddings:
-        console.print_vector_index(rebuild_vector_index(kb), json_out)
+    if (base is None) != (model is None):
+        raise UsageError("a model switch names both: kb reindex --base NAME --model NAME")
+    if base is not None and (embeddings or vectors):
+        raise UsageError("switch a base's model on its own: drop --embeddings and --vectors")
+    if not embeddings and not vectors and base is None:
+        raise UsageError(
+            "say what to do: kb reindex --base NAME --model NAME, --embeddings, or --vectors"
+        )
+    kb = open_kb(ctx, REINDEX, bases=[base])
+    if base is not None and model is not None:
+        with _progress(json_out, f"vectors of {model} for {base}") as progress:
+            switched = service.switch_model(kb, base, model, progress)
+        console.print_switch(switched, json_out)
         return
-    progress = console.Progress("embedding") if not json_out else None
-    try:
-        report = reindex_embeddings(kb, progress or (lambda done, total: None))
-    finally:
-        if progress:
-            progress.close()
-    console.print_reindex(report, json_out)
+    if embeddings:
+        with _progress(json_out, "embedding") as progress:
+            reports = service.reindex_embeddings(kb, progress)
+        console.print_reindex(reports, json_out)
     if vectors:
-        console.print_vector_index(rebuild_vector_index(kb), json_out)
+        console.print_vector_index(service.rebuild_vector_index(kb), json_out)
+
+
+@contextlib.contextmanager
+def _progress(json_out: bool, label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on a terminal, told (done, total); nothing with --json."""
+    if json_out:
+        yield lambda done, total: None
+        return
+    progress = console.Progress(label)
+    try:
+        yield progress
+    finally:
+        progress.close()
 
 
 DOCTOR = Rule("doctor", ADMINS)

@@ -13,6 +13,7 @@ from kb_cli.console.core import (
     emit,
     is_fancy,
     log,
+    note,
     short,
     visible,
     write_json,
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from kb_cli.records import BaseRecord, BuildReport, UserRecord
     from kb_cli.services.access import NewUser
     from kb_cli.services.doctor import DoctorReport
-    from kb_cli.services.reindex import ReindexReport
+    from kb_cli.services.reindex import ReindexReport, SwitchReport
 
 
 class Progress:
@@ -58,12 +59,29 @@ class Progress:
             self._bar.stop()
 
 
-def print_reindex(report: ReindexReport, as_json: bool) -> None:
+def print_reindex(reports: list[ReindexReport], as_json: bool) -> None:
+    """One line (record) per model in use."""
+    for report in reports:
+        if as_json:
+            write_json(report)
+        else:
+            chunks = counted(report.chunks, "chunk")
+            emit(
+                f"embedded {chunks} of {counted(report.revisions, 'revision')} with {report.model}"
+            )
+
+
+def print_switch(report: SwitchReport, as_json: bool) -> None:
+    """What a base's switch of model did, and what an operator could do next."""
     if as_json:
         write_json(report)
-    else:
-        chunks, revisions = counted(report.chunks, "chunk"), counted(report.revisions, "revision")
-        emit(f"embedded {chunks} of {revisions} with {report.model}")
+        return
+    emit(
+        f"base {report.base}: model {report.model_from} -> {report.model}; "
+        f"{counted(report.switched, 'chunk')} switched ({report.embedded} embedded now)"
+    )
+    for message in report.notes:
+        note(message)
 
 
 def print_vector_index(reports: list[BuildReport], as_json: bool) -> None:
@@ -110,8 +128,8 @@ def print_doctor(report: DoctorReport, as_json: bool) -> None:
         step = NEXT_STEPS.get(problem.kind, "").format(short=short(problem.id))
         detail = visible(problem.detail)
         emit(f"problem {problem.kind} {problem.id}: {detail}{'; ' + step if step else ''}")
-    for note in report.notes:
-        emit(f"note: {note}")
+    for message in report.notes:
+        emit(f"note: {message}")
     if report.ok:
         emit("ok: every invariant holds")
 
@@ -134,7 +152,9 @@ def print_bases(records: list[BaseRecord], as_json: bool) -> None:
         readers = "teams " + ", ".join(record.teams) if record.teams else "everyone"
         grants = f"; granted to {', '.join(record.grants)}" if record.grants else ""
         count = counted(record.documents, "document")
-        emit(f"{record.base}: {count}; read by {readers}{grants}")
+        model = record.model if record.model_from == "base" else f"{record.model} (KB_EMBEDDINGS)"
+        switching = f", switching to {record.switching_to}" if record.switching_to else ""
+        emit(f"{record.base}: {count}; read by {readers}{grants}; model {model}{switching}")
 
 
 def print_upgrade(before: str | None, after: str, as_json: bool) -> None:

@@ -112,3 +112,10 @@ def from_blobs(blobs: list[bytes], dim: int) -> np.ndarray:
 
     flat = np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE)
     return flat.reshape(len(blobs), dim).astype(np.float32)
+
+
+def check_model(name: str) -> str:
+    """A base's model is a provider's name (`--model`); any other is a usage error."""
+    if name not in PROVIDERS:
+        raise UsageError(f"unknown model {name!r}: one of {', '.join(PROVIDERS)}")
+    return name

@@ -32,6 +32,7 @@ REVISIONS = (
     "0016_chunk_runs",
     "0017_task_requests",
     "0018_review_facts",
+    "0019_base_models",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

@@ -9,28 +9,32 @@ from __future__ import annotations
 
 from kb_cli import queries
 from kb_cli.app import Kb, require_base
+from kb_cli.embeddings import check_model
 from kb_cli.errors import ConflictError, NotFoundError
 from kb_cli.permissions import BASE_PREFIX, check_names
 from kb_cli.records import BaseRecord, DocumentRecord
 from kb_cli.transitions import audit_event
 
 
-def create_base(kb: Kb, name: str, teams: list[str]) -> BaseRecord:
+def create_base(kb: Kb, name: str, teams: list[str], model: str | None = None) -> BaseRecord:
+    """A new base; `model` its embedding provider (None: it follows KB_EMBEDDINGS)."""
     [name] = check_names([name], "base")
     teams = check_names(teams, "team")
+    if model is not None:
+        check_model(model)
     now = kb.timestamp()
     with kb.db.write() as conn:
         if queries.base_exists(conn, name):
             raise ConflictError(f"knowledge base {name!r} already exists")
-        queries.insert_base(conn, name, now)
+        queries.insert_base(conn, name, now, model)
         queries.insert_teams(conn, teams, now)
         queries.insert_base_teams(conn, name, teams)
         readers = f"teams {', '.join(teams)}" if teams else "company-wide"
-        event = audit_event(
-            kb.actor.name, "base_create", BASE_PREFIX + name, detail=readers, at=now
-        )
+        detail = readers if model is None else f"{readers}; model {model}"
+        event = audit_event(kb.actor.name, "base_create", BASE_PREFIX + name, detail=detail, at=now)
         queries.insert_audit_events(conn, [event])
-    return BaseRecord(name, teams, [], 0)
+    [record] = list_bases(kb, name)
+    return record
 
 
 def list_bases(kb: Kb, name: str | None = None) -> list[BaseRecord]:
@@ -41,12 +45,16 @@ def list_bases(kb: Kb, name: str | None = None) -> list[BaseRecord]:
             require_base(conn, scope, name)
         rows = queries.list_bases(conn, scope)
         teams, grants = queries.base_members(conn)
+    configured = kb.settings.embeddings.provider
     return [
         BaseRecord(
             row.base,
             [team.team for team in teams if team.base == row.base],
             [grant.user_name for grant in grants if grant.base == row.base],
             row.documents,
+            row.model or configured,
+            "base" if row.model else "KB_EMBEDDINGS",
+            row.model_next,
         )
         for row in rows
     ]

@@ -11,6 +11,7 @@ from kb_cli import queries
 from kb_cli.app import Kb, require_base
 from kb_cli.chunking import contextual_text, merge_passage, pages_of
 from kb_cli.db import Connection
+from kb_cli.embeddings import Embedder
 from kb_cli.errors import ProviderRejected, ProviderUnavailable, UsageError
 from kb_cli.lexical.phrases import chunks_with_phrases
 from kb_cli.lexical.snippets import snippet
@@ -19,6 +20,7 @@ from kb_cli.permissions import Scope
 from kb_cli.queries import ChunkDetail, PassageChunk
 from kb_cli.ranking import (
     Hit,
+    Part,
     Ranking,
     Scored,
     SearchMode,
@@ -88,8 +90,15 @@ class SearchResult:
     nothing_because: str | None = None
 
 
-# A ranking's chunks, best first, and its weight in the fusion.
-Weighed = dict[Ranking, tuple[list[Scored], float]]
+@dataclass(frozen=True)
+class ModelScope:
+    """An embedding model and the bases searched that it embeds (the scope narrowed to
+    them): the question is embedded once per model, and each model ranks its own bases'
+    chunks (cosines of two models do not compare; ranks do, in the fusion)."""
+
+    embedder: Embedder
+    scope: Scope
+    bases: tuple[str, ...]
 
 
 def search(kb: Kb, request: SearchRequest) -> SearchResult:
@@ -114,9 +123,6 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
         return SearchResult(
             [], mode or SearchMode.LEXICAL, nothing_because=f"no hits: {NOTHING_ASKED}"
         )
-    embedder = kb.embedder
-    if mode in (SearchMode.HYBRID, SearchMode.VECTOR) and embedder is None:
-        raise UsageError(f"--mode {mode} needs embeddings, which are off (KB_EMBEDDINGS=none)")
     depth = max(CANDIDATES, 3 * request.limit) * (3 if request.per_document else 1)
     result = SearchResult([], mode or SearchMode.HYBRID)
     # Metadata filters are part of the scope: every candidate query applies them.
@@ -130,24 +136,31 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
     with kb.db.read() as conn:
         if request.base is not None:
             require_base(conn, scope, request.base)
-        if mode is None and (
-            embedder is None or not queries.has_published_vectors(conn, embedder.model, scope)
+        models = _model_scopes(kb, conn, scope)
+        if mode in (SearchMode.HYBRID, SearchMode.VECTOR) and not models:
+            raise UsageError(
+                f"--mode {mode} needs embeddings, which are off for the bases searched "
+                "(KB_EMBEDDINGS=none, or a base's model none)"
+            )
+        if mode is None and not any(
+            queries.has_published_vectors(conn, model.embedder.model, model.scope)
+            for model in models
         ):
             result.mode = SearchMode.LEXICAL
-        rankings = _rankings(kb, conn, text, query, depth, scope, result)
+        parts = _rankings(kb, conn, text, query, depth, scope, models, result)
         # On PostgreSQL each statement reads what is committed when it starts: a chunk
         # deleted since the ranking read it is not shown.
-        asked = {chunk for scored, _weight in rankings.values() for chunk, _score in scored}
+        asked = {chunk for _ranking, scored, _weight in parts for chunk, _score in scored}
         details = queries.chunk_details(conn, list(asked))
         distinct, copied = distinct_rankings(
-            [[item for item in scored if item[0] in details] for scored, _ in rankings.values()],
+            [[item for item in scored if item[0] in details] for _r, scored, _w in parts],
             lambda chunk_id: details[chunk_id].text,
             depth,
         )
-        kept = {
-            ranking: (scored, weight)
-            for (ranking, (_asked, weight)), scored in zip(rankings.items(), distinct, strict=True)
-        }
+        kept = [
+            (ranking, scored, weight)
+            for (ranking, _asked, weight), scored in zip(parts, distinct, strict=True)
+        ]
 
         def document_of(chunk_id: int) -> str:
             return details[chunk_id].document_id
@@ -162,6 +175,10 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
             ranked = discount_repeats(ranked, document_of, REPEAT_DISCOUNT, reranked)
         shown = [(details[hit.chunk], hit, copies.get(hit.chunk, [])) for hit in ranked]
         result.hits = _hits(conn, shown, request.limit, query, request.context)
+        if result.mode != SearchMode.LEXICAL:
+            model_of = {base: m.embedder.model for m in models for base in m.bases}
+            for hit in result.hits:
+                hit.model = model_of.get(hit.base)
         if not result.hits:
             result.nothing_because = _why_nothing(conn, scope)
     return result
@@ -199,6 +216,22 @@ def _why_nothing(conn: Connection, scope: Scope) -> str:
     return f"no hits: no passage of the {searched} published documents searched answers it"
 
 
+def _model_scopes(kb: Kb, conn: Connection, scope: Scope) -> list[ModelScope]:
+    """The embedding models of the bases in `scope`, each with the scope narrowed to
+    its bases (the scope as it is when one model embeds them all); a base whose model
+    is none has no meaning ranking."""
+    bases_of = kb.models_in(conn, scope)
+    models = []
+    for model, bases in bases_of.items():
+        embedder = kb.embedder_for(model)
+        if embedder is not None:
+            narrowed = (
+                scope if len(bases_of) == 1 else dataclasses.replace(scope, bases=tuple(bases))
+            )
+            models.append(ModelScope(embedder, narrowed, tuple(bases)))
+    return models
+
+
 def _rankings(
     kb: Kb,
     conn: Connection,
@@ -206,37 +239,47 @@ def _rankings(
     query: Query,
     depth: int,
     scope: Scope,
+    models: list[ModelScope],
     result: SearchResult,
-) -> Weighed:
-    """The words ranking and the meaning ranking, each COPIES_DEPTH times `depth` deep
-    (empty where the mode does not ask for it), with their weights in the fusion. A
-    meaning ranking that counts for nothing in the fusion (weight 0) is only asked when
-    words found none."""
-    weight = 0.0
-    embedder = kb.embedder
-    if result.mode == SearchMode.HYBRID and embedder is not None:  # hybrid needs one
-        configured = kb.settings.vector_weight
-        weight = embedder.fusion_weight[script_of(text)] if configured is None else configured
+) -> list[Part]:
+    """The words ranking and each model's meaning ranking, each COPIES_DEPTH times
+    `depth` deep (none where the mode does not ask for it), with their weights in the
+    fusion. A meaning ranking that counts for nothing in the fusion (weight 0) is only
+    asked when words found none."""
     asked = depth * COPIES_DEPTH
     lexical: list[Scored] = []
     if result.mode != SearchMode.VECTOR and query.terms:
         lexical = kb.lexical.ranking(conn, query.terms, query.phrases, asked, scope)
-    vector: list[Scored] = []
-    if result.mode == SearchMode.VECTOR or (
-        result.mode == SearchMode.HYBRID and (weight > 0 or not lexical)
-    ):
-        vector = _vector_ranking(kb, conn, text, query, asked, scope, result)
-    return {Ranking.LEXICAL: (lexical, 1.0), Ranking.VECTOR: (vector, weight)}
+    parts: list[Part] = [(Ranking.LEXICAL, lexical, 1.0)]
+    for model in models:
+        if result.mode == SearchMode.LEXICAL:
+            break
+        weight = _fusion_weight(kb, model.embedder, text)
+        if result.mode == SearchMode.VECTOR or weight > 0 or not lexical:
+            vector = _vector_ranking(kb, conn, text, query, asked, model, result)
+            parts.append((Ranking.VECTOR, vector, weight))
+    return parts
 
 
-def _fused(mode: SearchMode, rankings: Weighed) -> list[Hit]:
-    """Every ranking fused (hybrid), or the one that ran as hits."""
+def _fusion_weight(kb: Kb, embedder: Embedder, text: str) -> float:
+    """How much a model's ranking counts beside the words: its own weight for the
+    question's script, unless KB_VECTOR_WEIGHT sets one for every model."""
+    configured = kb.settings.vector_weight
+    return embedder.fusion_weight[script_of(text)] if configured is None else configured
+
+
+def _fused(mode: SearchMode, parts: list[Part]) -> list[Hit]:
+    """Every ranking fused (hybrid, or the meaning rankings of several models), or the
+    one that ran as hits."""
+    _ranking, lexical, _weight = parts[0]
+    vectors = parts[1:]
     if mode == SearchMode.HYBRID:
-        return fuse(rankings)
-    lexical, _weight = rankings[Ranking.LEXICAL]
+        return fuse(parts)
     if lexical:
         return single(Ranking.LEXICAL, lexical)
-    return single(Ranking.VECTOR, rankings[Ranking.VECTOR][0])
+    if len(vectors) == 1:
+        return single(Ranking.VECTOR, vectors[0][1])
+    return fuse([(ranking, scored, 1.0) for ranking, scored, _weight in vectors])
 
 
 def _reranked(
@@ -265,16 +308,14 @@ def _vector_ranking(
     text: str,
     query: Query,
     depth: int,
-    scope: Scope,
+    model: ModelScope,
     result: SearchResult,
 ) -> list[Scored]:
-    """Published chunks embedded by the configured model, most similar first, above
+    """Published chunks of the model's bases embedded by it, most similar first, above
     the similarity floor. A provider that fails turns hybrid into lexical, with a
     warning; `--mode vector` reports the failure."""
-    embedder = kb.embedder
-    assert embedder is not None  # search refused a mode that needs one without it
     try:
-        query_vector = embedder.embed_query(text)
+        query_vector = model.embedder.embed_query(text)
     except (ProviderUnavailable, ProviderRejected) as error:
         if result.mode == SearchMode.VECTOR:
             raise
@@ -282,10 +323,10 @@ def _vector_ranking(
         result.warnings.append(f"{error.message}; searched by words only")
         return []
     ranked = kb.vectors.nearest(
-        conn, embedder.model, query_vector, depth, scope, kb.settings.vector_floor
+        conn, model.embedder.model, query_vector, depth, model.scope, kb.settings.vector_floor
     )
     if query.phrases:
-        containing = chunks_with_phrases(conn, query.phrases, scope)
+        containing = chunks_with_phrases(conn, query.phrases, model.scope)
         ranked = [item for item in ranked if item[0] in containing]
     return ranked
 

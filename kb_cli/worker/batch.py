@@ -48,17 +48,15 @@ class Member:
     chunks: list[ChunkText] = field(default_factory=list)
     vectors: list[bytes | None] = field(default_factory=list)
     rows: list[NewChunk] = field(default_factory=list)
+    embedder: Embedder | None = None  # its base's model
     ended: bool = False  # its attempt ended early (failed, released, lost)
 
 
 class Batch:
     """The stages of several small tasks, each ended on its own when it fails."""
 
-    def __init__(
-        self, members: list[Member], embedder: Embedder | None, end_attempt: EndAttempt
-    ) -> None:
+    def __init__(self, members: list[Member], end_attempt: EndAttempt) -> None:
         self.members = members
-        self.embedder = embedder
         self.end_attempt = end_attempt
 
     def run(self) -> None:
@@ -105,28 +103,40 @@ class Batch:
         return [member for member in self.members if not member.ended]
 
     def _embed(self) -> None:
-        """Every member's chunks in as few calls to the model as its batch size allows
-        (for tiny documents: one call, not one per task)."""
+        """Every member's chunks in as few calls to each model as its batch size allows
+        (for tiny documents of one base: one call, not one per task); each member is
+        embedded by its base's model."""
         self._each(lambda m: m.pipeline.report(Stage.EMBEDDING, 0, len(m.chunks)))
-        embedder = self.embedder
-        if embedder is None:
-            for member in self._live():
+        self._each(self._choose_model)
+        by_model: dict[str, tuple[Embedder, list[Member]]] = {}
+        for member in self._live():
+            if member.embedder is None:
                 member.vectors = [None] * len(member.chunks)
-        else:
-            texts = [text for m in self._live() for text in embedding_texts(m.chunks)]
-            blobs: list[bytes | None] = []
-            dim = 0
-            try:
-                for start in range(0, len(texts), embedder.batch_size):
-                    vectors, dim = embed_texts(embedder, texts[start : start + embedder.batch_size])
-                    blobs.extend(vectors)
-            except Exception as error:  # the provider failed each member's call
-                self._end_each(error)
-                return
-            for member in self._live():
-                member.vectors, blobs = blobs[: len(member.chunks)], blobs[len(member.chunks) :]
-                member.pipeline.model, member.pipeline.dim = embedder.model, dim
+            else:
+                by_model.setdefault(member.embedder.model, (member.embedder, []))[1].append(member)
+        for embedder, members in by_model.values():
+            self._embed_with(embedder, members)
         self._each(lambda m: m.pipeline.report(Stage.EMBEDDING, len(m.chunks), len(m.chunks)))
+
+    @staticmethod
+    def _choose_model(member: Member) -> None:
+        member.embedder = member.pipeline.embedder()
+
+    def _embed_with(self, embedder: Embedder, members: list[Member]) -> None:
+        texts = [text for m in members for text in embedding_texts(m.chunks)]
+        blobs: list[bytes | None] = []
+        dim = 0
+        try:
+            for start in range(0, len(texts), embedder.batch_size):
+                vectors, dim = embed_texts(embedder, texts[start : start + embedder.batch_size])
+                blobs.extend(vectors)
+        except Exception as error:  # the provider failed each member's call
+            for member in members:
+                self._end(member, error)
+            return
+        for member in members:
+            member.vectors, blobs = blobs[: len(member.chunks)], blobs[len(member.chunks) :]
+            member.pipeline.model, member.pipeline.dim = embedder.model, dim
 
     @staticmethod
     def _index(member: Member) -> None:

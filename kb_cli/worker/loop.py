@@ -182,6 +182,7 @@ class Worker:
         # runs in its turn, and a stop gives back those that have not started.
         self.waiting: list[Claim] = []
         self._vectors_checked: float | None = None  # when it last looked (monotonic)
+        self._models_written: set[str] = set()  # whose vectors its tasks wrote
 
     def run(
         self, task_id: str | None = None, max_tasks: int | None = 1, loop: bool = False
@@ -375,7 +376,8 @@ class Worker:
             recorders.append(recorder)
         self.heartbeat.watch(*claims, *self.waiting)
         try:
-            Batch(members, self.kb.embedder, self.end_attempt).run()
+            Batch(members, self.end_attempt).run()
+            self._models_written.update(m.pipeline.model for m in members if m.pipeline.model)
         except ActorDisabled:
             reason = f"user {self.kb.actor.name} is disabled"
             for member, recorder in zip(members, recorders, strict=True):
@@ -415,7 +417,7 @@ class Worker:
         """After a task's chunks are committed, with no transaction open: let the vector
         index catch up with them when it is due (VectorIndex.refresh). A failure there
         fails no task: search reads every vector until the index is current."""
-        if self.kb.embedder is None:
+        if not self._models_written:
             return
         # After its first task, then at most every few seconds: a drain of thousands of
         # tiny documents pays for the look once in a while, not once a task.
@@ -423,7 +425,8 @@ class Worker:
         if self._vectors_checked is not None and now - self._vectors_checked < REFRESH_SECONDS:
             return
         self._vectors_checked = now
-        self.kb.vectors.refresh(self.kb.db, self.kb.embedder.model)
+        for model in sorted(self._models_written):
+            self.kb.vectors.refresh(self.kb.db, model)
 
     def _run_attempt(self, claim: Claim) -> None:
         """The stages and the ending of one attempt; ActorDisabled goes to the caller,
@@ -433,6 +436,7 @@ class Worker:
             attempt = Attempt(self, claim)
             pipeline = Pipeline(self.kb, attempt, claim, claim.asked)
             rows = pipeline.run(claim.document, claim.task.document_id)
+            self._models_written.update([pipeline.model] if pipeline.model else [])
             attempt.report(Stage.FINALIZING, 0, 1)
             claim.complete(rows)
             self.listener.progress(task_id, Stage.FINALIZING, 1, 1)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from kb_cli import artefacts
+from kb_cli import artefacts, queries
 from kb_cli.app import Kb
 from kb_cli.chunking import ChunkText, chunk_blocks, contextual_text, with_context
 from kb_cli.config import TaskSettings
@@ -119,6 +119,7 @@ class Pipeline:
         self.settings = kb.settings.for_task(asked)
         self.model: str | None = None  # of the vectors this attempt made
         self.dim: int | None = None
+        self.base: str | None = None  # the document's, once read
 
     def run(self, document: DocumentRow | None, document_id: str) -> list[NewChunk]:
         chunks = self.chunks_of(document, document_id)
@@ -131,6 +132,7 @@ class Pipeline:
             raise TaskFailure(
                 ErrorCode.DOCUMENT_NOT_FOUND, f"document {document_id} does not exist"
             )
+        self.base = document.base
         settings = self.settings
         parser_key = artefacts.parser_key(
             document.content_type, settings.chunk_chars, settings.limits
@@ -257,7 +259,7 @@ class Pipeline:
         the task wait and retry; one that refuses the configuration fails it."""
         total = len(chunks)
         self.report(Stage.EMBEDDING, 0, total)
-        embedder = self.kb.embedder
+        embedder = self.embedder()
         if embedder is None:
             self.report(Stage.EMBEDDING, total, total)
             return [None] * total
@@ -269,6 +271,14 @@ class Pipeline:
             self.report(Stage.EMBEDDING, len(blobs), total)
         self.model = embedder.model
         return blobs
+
+    def embedder(self) -> Embedder | None:
+        """The embedding model of the document's base, whatever this worker's own
+        KB_EMBEDDINGS says (read now: a base given another model since the claim is
+        embedded with that one)."""
+        with self.kb.db.read() as conn:
+            model = queries.base_model(conn, self.base) if self.base is not None else None
+        return self.kb.embedder_for(model)
 
     def index(self, chunks: list[ChunkText], vectors: list[bytes | None]) -> list[NewChunk]:
         """The chunk rows (text, words for the lexical index, vector). Every batch but

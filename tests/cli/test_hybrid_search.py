@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
 from tests.helpers import SAMPLES, hits, ingest, publish
-from tests.loopback import JsonHandler, serving
 
 # --- search through the CLI ----------------------------------------------------------
 
@@ -220,38 +218,6 @@ def test_without_embeddings_search_is_lexical(invoke, tmp_path, monkeypatch):
 
 
 # --- an OpenAI-compatible server on loopback --------------------------------------------
-
-
-class _Embeddings(JsonHandler):
-    """Answers like OpenAI's /v1/embeddings, or fails as the test tells it to."""
-
-    failure: tuple[int, str] | None = None
-    requests: ClassVar[list[dict]] = []
-
-    def do_POST(self) -> None:
-        body = self.read_json()
-        type(self).requests.append({"body": body, "auth": self.headers.get("Authorization")})
-        if self.failure:
-            status, message = self.failure
-            self.send_json(status, {"error": {"message": message}})
-            return
-        data = [
-            {"index": i, "embedding": [len(text) % 7 + 1.0, text.count("e") + 1.0, 1.0]}
-            for i, text in enumerate(body["input"])
-        ]
-        self.send_json(200, {"data": data, "model": body["model"]})
-
-
-@pytest.fixture
-def embedding_server(monkeypatch):
-    _Embeddings.failure, _Embeddings.requests = None, []
-    with serving(_Embeddings) as port:
-        monkeypatch.setenv("KB_EMBEDDINGS", "openai")
-        monkeypatch.setenv("KB_EMBEDDING_URL", f"http://127.0.0.1:{port}/v1")
-        monkeypatch.setenv("KB_EMBEDDING_MODEL", "tiny-embed")
-        monkeypatch.setenv("KB_EMBEDDING_API_KEY", "sk-test-secret-key")
-        monkeypatch.setenv("KB_EMBEDDING_BATCH", "2")
-        yield _Embeddings
 
 
 def _task(invoke, task_id: str) -> dict:

@@ -11,7 +11,13 @@ import pytest
 
 from kb_cli.app import Kb
 from kb_cli.config import resolve_settings
-from tests.helpers import SAMPLES, audit_writes_locked, db_rows, first_revision_database
+from tests.helpers import (
+    FOLLOWS_SETTING,
+    SAMPLES,
+    audit_writes_locked,
+    db_rows,
+    first_revision_database,
+)
 
 KNOWLEDGE = SAMPLES / "knowledge"
 P1_QUESTION = "P1 故障要求几分钟响应？"
@@ -172,6 +178,7 @@ def test_status_history_and_ids_see_exactly_the_readable_bases(invoke, company_c
         "teams": ["engineering"],
         "grants": [],
         "documents": 2,
+        **FOLLOWS_SETTING,
     }
     events = ok(invoke("history", oncall["document_id"], "--json", token=tokens["erin"]))
     assert [event["action"] for event in events][:2] == ["upload", "submit"]
@@ -468,8 +475,14 @@ def test_open_mode_reads_and_writes_every_base(invoke, tmp_path):
     assert plain["base"] == "default"
     listed = ok(invoke("base", "list", "--json"))
     assert listed == [
-        {"base": "default", "teams": [], "grants": [], "documents": 1},
-        {"base": "engineering", "teams": ["engineering"], "grants": [], "documents": 1},
+        {"base": "default", "teams": [], "grants": [], "documents": 1, **FOLLOWS_SETTING},
+        {
+            "base": "engineering",
+            "teams": ["engineering"],
+            "grants": [],
+            "documents": 1,
+            **FOLLOWS_SETTING,
+        },
     ]
     assert invoke("base", "create", "engineering").code == 4
     assert invoke("base", "create", "bad name").code == 2

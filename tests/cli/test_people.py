@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import check_error, db_rows, is_rfc3339_utc, sqlite_only
+from tests.helpers import FOLLOWS_SETTING, check_error, db_rows, is_rfc3339_utc, sqlite_only
 
 USER_KEYS = {"user", "role", "teams", "state", "created_at", "last_used_at"}
 
@@ -257,7 +257,13 @@ def test_revoking_a_grant_hides_the_base_at_once(invoke, people, sales_doc):
     ok(invoke("base", "grant", "sales", "carol", "--json", token=root))
     assert sees(invoke, carol, sales_doc) == (True, True)
     [record] = ok(invoke("base", "revoke", "sales", "carol", "--json", token=root))
-    assert record == {"base": "sales", "teams": ["sales"], "grants": [], "documents": 1}
+    assert record == {
+        "base": "sales",
+        "teams": ["sales"],
+        "grants": [],
+        "documents": 1,
+        **FOLLOWS_SETTING,
+    }
     assert sees(invoke, carol, sales_doc) == (False, False)
     error = check_error(
         invoke("base", "revoke", "sales", "carol", "--json", token=root), 4, "conflict"

@@ -88,7 +88,7 @@ def _hit(chunk: int, score: float, words: int | None = None, meaning: int | None
 
 
 def _fused(lexical, vector, vector_weight: float = 1.0) -> list[Hit]:
-    return fuse({Ranking.LEXICAL: (lexical, 1.0), Ranking.VECTOR: (vector, vector_weight)})
+    return fuse([(Ranking.LEXICAL, lexical, 1.0), (Ranking.VECTOR, vector, vector_weight)])
 
 
 def test_fusion_weights_the_meaning_ranking():

@@ -81,7 +81,7 @@ def test_a_line_break_inside_chinese_words_is_no_space():
 
 def test_reciprocal_rank_fusion_rewards_agreement():
     words, meaning = [(1, 9.0), (2, 5.0)], [(2, 0.9), (3, 0.8)]
-    fused = fuse({Ranking.LEXICAL: (words, 1.0), Ranking.VECTOR: (meaning, 1.0)}, k=60)
+    fused = fuse([(Ranking.LEXICAL, words, 1.0), (Ranking.VECTOR, meaning, 1.0)], k=60)
     assert [hit.chunk for hit in fused] == [2, 1, 3]
     assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
     assert fused[0].ranks == {Ranking.LEXICAL: 2, Ranking.VECTOR: 1}
