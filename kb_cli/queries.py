@@ -1703,6 +1703,20 @@ def _drop_base_vectors(conn: Connection, base: str, provider: str) -> int:
     return dropped
 
 
+def vectors_of_other_models(conn: Connection, base: str, model: str) -> int:
+    """How many published chunks of the base have a vector of a model other than
+    `model` (moved from a base of another model, or embedded by a worker just before
+    a switch): search of the base does not see them by meaning."""
+    sql = f"""SELECT count(*) {PUBLISHED_CHUNKS} WHERE d.base = :base
+        AND c.embedding_model IS NOT NULL AND c.embedding_model != :model"""
+    return int(conn.execute(sql, {"base": base, "model": model}).scalar())
+
+
+def vectors_built(conn: Connection, base: str, model: str) -> int:
+    sql = f"SELECT count(*) FROM {VECTOR_BUILDS} WHERE base = :base AND model = :model"
+    return int(conn.execute(sql, {"base": base, "model": model}).scalar())
+
+
 def bump_vector_epoch(conn: Connection) -> None:
     """A vector index built before holds vectors some chunks no longer have: it is
     stale from this commit."""

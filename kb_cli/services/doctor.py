@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from kb_cli import pending, queries
 from kb_cli.app import Kb
 from kb_cli.db import Connection, format_stamp
+from kb_cli.embeddings import Embedder
 from kb_cli.errors import RepairRefused, UsageError
 from kb_cli.lifecycle import DocStatus, TaskStatus, is_legal_pair
 from kb_cli.permissions import BASE_PREFIX
@@ -73,6 +74,9 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         waiting = {row.object_key: row for row in queries.pending_objects(conn)}
         database_id = queries.database_id(conn)
         notes = kb.vectors.notes(conn)
+        model_problems, model_notes = _models(kb, conn)
+    found += model_problems
+    notes += model_notes
     found += _objects(kb, referenced, deleting, waiting) + _foreign_store(kb, database_id)
     found += _vector_index(kb)
     if verify:
@@ -381,20 +385,61 @@ def _require_own_store(kb: Kb, database_id: str | None, referenced: dict[str, st
         )
 
 
+def _models(kb: Kb, conn: Connection) -> tuple[list[Problem], list[str]]:
+    """Each base's embedding model (a note), a switch of model that has not ended, and
+    published chunks whose vectors are of another model than their base's."""
+    problems, models = [], []
+    bases = queries.list_bases(conn, kb.scope)
+    for row in bases:
+        provider = row.model or kb.settings.embeddings.provider
+        models.append(f"{row.base}={provider}" + ("" if row.model else " (KB_EMBEDDINGS)"))
+        embedder = _embedder_or_none(kb, provider)
+        if row.model_next is not None:
+            building = _embedder_or_none(kb, row.model_next)
+            built = queries.vectors_built(conn, row.base, building.model) if building else 0
+            problems.append(
+                Problem(
+                    "unfinished_model_switch",
+                    row.base,
+                    f"a switch to {row.model_next} has not ended ({built} vectors built); "
+                    f"kb reindex --base {row.base} --model {row.model_next} resumes it",
+                )
+            )
+        others = queries.vectors_of_other_models(conn, row.base, embedder.model) if embedder else 0
+        if others:
+            problems.append(
+                Problem(
+                    "vectors_of_another_model",
+                    row.base,
+                    f"{others} published chunks have vectors of another model than the base's "
+                    f"({provider}): they rank by their words alone until kb reindex --embeddings",
+                )
+            )
+    # Said where a base chose its own: otherwise every base follows KB_EMBEDDINGS.
+    chosen = any(row.model for row in bases)
+    return problems, [f"embedding models by base: {', '.join(models)}"] if chosen else []
+
+
+def _embedder_or_none(kb: Kb, provider: str) -> Embedder | None:
+    """The provider's embedder; None when it is off, or misconfigured (its own commands
+    say so)."""
+    try:
+        return kb.embedder_for(provider)
+    except UsageError:
+        return None
+
+
 def _vector_index(kb: Kb) -> list[Problem]:
-    """The vectors of the configured model that the vector index cannot serve now,
+    """The vectors of each model in use that the vector index cannot serve now,
     although it should: search still answers, by reading every vector, and slower.
     Repair rebuilds it."""
-    if kb.settings.embeddings.provider == "none":
-        return []
-    try:
-        model = kb.embedder.model if kb.embedder is not None else None
-    except UsageError:
-        return []  # a misconfigured provider: its own commands say so
-    if model is None:
-        return []
+    with kb.db.read() as conn:
+        providers = kb.models_in(conn, kb.scope)
+    embedders = [_embedder_or_none(kb, provider) for provider in providers]
+    models = sorted({embedder.model for embedder in embedders if embedder is not None})
     return [
         Problem("vector_index", f"{found.model}/{found.dim}", found.detail)
+        for model in models
         for found in kb.vectors.problems(kb.db, model)
     ]
 

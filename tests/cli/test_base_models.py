@@ -176,3 +176,33 @@ def test_a_switch_is_for_admins(invoke, two_models):
     args = ("reindex", "--base", "default", "--model", "none", "--json")
     assert invoke(*args, token=editor).code == 5
     assert invoke(*args, token=admin).code == 0
+
+
+def test_doctor_names_the_models_a_stopped_switch_and_vectors_of_another_model(
+    invoke, tmp_path, two_models
+):
+    assert "notes" not in invoke("doctor", "--json").record  # every base follows the setting
+    assert invoke("base", "create", "served", "--model", "openai").code == 0
+    document = _ingest(invoke, tmp_path, "a.md", "Backups run nightly in the primary region.")
+    kb = Kb.open(resolve_settings(), actor="tester")
+    with pytest.raises(RuntimeError):
+        switch_model(kb, "default", "openai", _stop_at_once)
+    assert invoke("base", "move", document, "served").code == 0
+    report = invoke("doctor", "--json")
+    assert report.code == 4
+    assert report.record["notes"][-1] == (
+        "embedding models by base: default=local (KB_EMBEDDINGS), served=openai"
+    )
+    problems = {(p["kind"], p["id"]): p["detail"] for p in report.record["problems"]}
+    assert (
+        "kb reindex --base default --model openai"
+        in problems[("unfinished_model_switch", "default")]
+    )
+    assert "1 published chunks" in problems[("vectors_of_another_model", "served")]
+    assert invoke("reindex", "--embeddings").code == 0  # the moved chunks get the base's model
+    assert invoke("reindex", "--base", "default", "--model", "openai").code == 0
+    assert invoke("doctor", "--json").code == 0
+
+
+def _stop_at_once(done: int, total: int) -> None:
+    raise RuntimeError("stopped")
