@@ -18,7 +18,7 @@ from kb_cli.errors import UsageError
 if TYPE_CHECKING:
     import numpy as np
 
-PROVIDERS = ("local", "e5", "openai", "none")
+PROVIDERS = ("local", "multilingual", "e5", "openai", "none")
 VECTOR_DTYPE = "<f2"  # float16, little-endian, on every platform
 
 
@@ -63,6 +63,10 @@ class EmbeddingSettings:
             from kb_cli.embeddings.local import MODEL_NAME
 
             return f"embeddings: local model {MODEL_NAME}; hybrid search"
+        if self.provider == "multilingual":
+            from kb_cli.embeddings.multilingual import MODEL_NAME
+
+            return f"embeddings: local model {MODEL_NAME} (English, Chinese, across); hybrid search"
         if self.provider == "e5":
             from kb_cli.embeddings.e5 import MODEL_NAME
 
@@ -78,6 +82,10 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder | None:
         from kb_cli.embeddings.local import LocalEmbedder
 
         return LocalEmbedder(settings.batch_size)
+    if settings.provider == "multilingual":
+        from kb_cli.embeddings.multilingual import MultilingualEmbedder
+
+        return MultilingualEmbedder(settings.batch_size)
     if settings.provider == "e5":
         from kb_cli.embeddings.e5 import E5Embedder
 

