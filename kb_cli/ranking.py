@@ -112,10 +112,11 @@ def single(ranking: Ranking, scored: list[Scored]) -> list[Hit]:
     return [Hit(chunk, score, {ranking: rank}) for rank, (chunk, score) in enumerate(scored, 1)]
 
 
-# A ranking's chunks, best first, and its weight in the fusion. One ranking may come in
-# several parts over chunks no other part holds: the meaning ranking of each embedding
-# model that embeds some of the bases searched.
-Part = tuple[Ranking, list[Scored], float]
+# A ranking's chunks, best first, and its weight in the fusion: one for every chunk, or
+# each chunk's own. One ranking may come in several parts over chunks no other part
+# holds: the meaning ranking of each embedding model that embeds some of the bases.
+Weight = float | Callable[[int], float]
+Part = tuple[Ranking, list[Scored], Weight]
 
 
 def fuse(parts: Sequence[Part], k: int = RRF_K) -> list[Hit]:
@@ -127,7 +128,7 @@ def fuse(parts: Sequence[Part], k: int = RRF_K) -> list[Hit]:
     for ranking, scored, weight in parts:
         for rank, (chunk, _score) in enumerate(scored, 1):
             ranks[chunk][ranking] = rank
-            weights[chunk][ranking] = weight
+            weights[chunk][ranking] = weight(chunk) if callable(weight) else weight
     hits = [
         Hit(chunk, sum(weights[chunk][r] / (k + rank) for r, rank in held.items()), held)
         for chunk, held in ranks.items()

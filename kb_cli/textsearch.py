@@ -80,6 +80,21 @@ def script_of(text: str) -> str:
     return "cjk" if _HAN.search(text) else "latin"
 
 
+# Letters of a word of a latin script, on average: a Chinese character counts as a word.
+LETTERS_PER_WORD = 5
+
+
+def script_of_passage(text: str) -> str:
+    """cjk when Chinese characters are at least half the passage's words (each
+    character counted as a word), else latin: an English page that quotes a Chinese
+    name stays English, a Chinese page that names English terms stays Chinese."""
+    han = len(_HAN.findall(text))
+    if not han:
+        return "latin"
+    other_letters = sum(1 for char in text if char.isalpha()) - han
+    return "cjk" if han >= other_letters / LETTERS_PER_WORD else "latin"
+
+
 @dataclass(frozen=True)
 class Query:
     """A search query: words to rank by, phrases every hit must contain verbatim."""

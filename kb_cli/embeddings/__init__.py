@@ -34,7 +34,9 @@ class Embedder(Protocol):
     batch_size: int
 
     # How much this model's ranking counts beside the words ranking in hybrid search,
-    # by the query's script (textsearch.script_of): 1.0 is plain Reciprocal Rank Fusion.
+    # by the query's script (textsearch.script_of: `latin`, `cjk`); 1.0 is plain
+    # Reciprocal Rank Fusion. `latin>cjk` (`cjk>latin`), where given, is the weight of a
+    # passage in the other script (textsearch.script_of_passage) for such a query.
     @property
     def fusion_weight(self) -> dict[str, float]: ...
 

@@ -24,6 +24,7 @@ from kb_cli.ranking import (
     Ranking,
     Scored,
     SearchMode,
+    Weight,
     best_per_document,
     discount_repeats,
     distinct_rankings,
@@ -34,7 +35,7 @@ from kb_cli.ranking import (
     single,
 )
 from kb_cli.records import AlsoIn, SearchHit
-from kb_cli.textsearch import Query, parse_query, script_of
+from kb_cli.textsearch import Query, parse_query, script_of, script_of_passage
 
 # Each ranking offers this many candidates (or three times the limit) to the fusion.
 CANDIDATES = 50
@@ -88,6 +89,32 @@ class SearchResult:
     # With no hits: why, and what to do next (the reader's bases, their documents, what
     # is published, the metadata filters, or the question itself).
     nothing_because: str | None = None
+
+
+@dataclass(frozen=True)
+class Across:
+    """A model's weight in the fusion for a question: `same` for passages in the
+    question's script, `across` for passages in the other (words cannot match there:
+    meaning is all a reader of the other language has)."""
+
+    asked: str  # the question's script
+    same: float
+    across: float
+
+    def of(self, details: dict[int, ChunkDetail]) -> Weight:
+        """The weight of each chunk of the ranking, its text read in `details`."""
+        if self.same == self.across:
+            return self.same
+
+        def weight(chunk: int) -> float:
+            passage = script_of_passage(details[chunk].text)
+            return self.same if passage == self.asked else self.across
+
+        return weight
+
+
+# A ranking's chunks, best first, and its weight before the passages are read.
+Asked = tuple[Ranking, list[Scored], Across]
 
 
 @dataclass(frozen=True)
@@ -152,14 +179,15 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
         # deleted since the ranking read it is not shown.
         asked = {chunk for _ranking, scored, _weight in parts for chunk, _score in scored}
         details = queries.chunk_details(conn, list(asked))
+        weighed = [(ranking, scored, weight.of(details)) for ranking, scored, weight in parts]
         distinct, copied = distinct_rankings(
-            [[item for item in scored if item[0] in details] for _r, scored, _w in parts],
+            [[item for item in scored if item[0] in details] for _r, scored, _w in weighed],
             lambda chunk_id: details[chunk_id].text,
             depth,
         )
         kept = [
             (ranking, scored, weight)
-            for (ranking, _asked, weight), scored in zip(parts, distinct, strict=True)
+            for (ranking, _asked, weight), scored in zip(weighed, distinct, strict=True)
         ]
 
         def document_of(chunk_id: int) -> str:
@@ -241,7 +269,7 @@ def _rankings(
     scope: Scope,
     models: list[ModelScope],
     result: SearchResult,
-) -> list[Part]:
+) -> list[Asked]:
     """The words ranking and each model's meaning ranking, each COPIES_DEPTH times
     `depth` deep (none where the mode does not ask for it), with their weights in the
     fusion. A meaning ranking that counts for nothing in the fusion (weight 0) is only
@@ -250,22 +278,30 @@ def _rankings(
     lexical: list[Scored] = []
     if result.mode != SearchMode.VECTOR and query.terms:
         lexical = kb.lexical.ranking(conn, query.terms, query.phrases, asked, scope)
-    parts: list[Part] = [(Ranking.LEXICAL, lexical, 1.0)]
+    parts: list[Asked] = [(Ranking.LEXICAL, lexical, Across(script_of(text), 1.0, 1.0))]
     for model in models:
         if result.mode == SearchMode.LEXICAL:
             break
         weight = _fusion_weight(kb, model.embedder, text)
-        if result.mode == SearchMode.VECTOR or weight > 0 or not lexical:
+        counts = weight.same > 0 or weight.across > 0
+        if result.mode == SearchMode.VECTOR or counts or not lexical:
             vector = _vector_ranking(kb, conn, text, query, asked, model, result)
             parts.append((Ranking.VECTOR, vector, weight))
     return parts
 
 
-def _fusion_weight(kb: Kb, embedder: Embedder, text: str) -> float:
+def _fusion_weight(kb: Kb, embedder: Embedder, text: str) -> Across:
     """How much a model's ranking counts beside the words: its own weight for the
-    question's script, unless KB_VECTOR_WEIGHT sets one for every model."""
+    question's script (`latin`, `cjk`), and for passages in the other script where
+    the model has one (`latin>cjk`, `cjk>latin`); KB_VECTOR_WEIGHT sets one weight for
+    every model and passage."""
     configured = kb.settings.vector_weight
-    return embedder.fusion_weight[script_of(text)] if configured is None else configured
+    asked = script_of(text)
+    if configured is not None:
+        return Across(asked, configured, configured)
+    same = embedder.fusion_weight[asked]
+    other = "latin" if asked == "cjk" else "cjk"
+    return Across(asked, same, embedder.fusion_weight.get(f"{asked}>{other}", same))
 
 
 def _fused(mode: SearchMode, parts: list[Part]) -> list[Hit]:
