@@ -1453,6 +1453,22 @@ def search_scope_counts(conn: Connection, scope: Scope) -> ScopeCounts:
     return ScopeCounts(int(bases.one()[0]), int(row[0]), int(row[1]), int(row[2]))
 
 
+def published_texts(conn: Connection, base: str, limit: int) -> list[str]:
+    """The text of up to `limit` published chunks of the base (the first ones stored)."""
+    sql = f"SELECT c.text {PUBLISHED_CHUNKS} WHERE d.base = :base ORDER BY c.id LIMIT :limit"
+    return list(conn.execute(sql, {"base": base, "limit": limit}).scalars())
+
+
+def published_texts_named(conn: Connection, scope: Scope, name: str, limit: int) -> list[str]:
+    """The text of up to `limit` published chunks of the documents in `scope` that
+    answer to `name` (their id, or the file name of the revision served)."""
+    scoped, params = scope_filter(Scope(scope.reader, scope.bases))
+    sql = f"""SELECT c.text {PUBLISHED_CHUNKS}
+        JOIN {REVISIONS} AS r ON r.document_id = d.id AND r.revision = d.published_revision
+        {where_all(["(d.id = :name OR r.filename = :name)", scoped])} ORDER BY c.id LIMIT :limit"""
+    return list(conn.execute(sql, {**params, "name": name, "limit": limit}).scalars())
+
+
 def has_published_vectors(conn: Connection, model: str, scope: Scope) -> bool:
     scoped, params = scope_filter(scope, engine=conn.engine)
     clauses = ["c.embedding_model = :model", scoped]

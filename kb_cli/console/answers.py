@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from kb_cli.console.core import (
+    counted,
     emit,
     is_fancy,
     log_wrapped,
@@ -65,8 +66,12 @@ def print_search(result: SearchResult, as_json: bool) -> None:
     else:
         for hit in result.hits:
             emit(search_line(hit))
-    if result.nothing_because and not as_json and is_fancy(sys.stderr):
-        log_wrapped(result.nothing_because)
+    if not as_json and is_fancy(sys.stderr):
+        for message in [
+            *([result.nothing_because] if result.nothing_because else []),
+            *result.hints,
+        ]:
+            log_wrapped(message)
 
 
 def print_eval(results: list[QuestionResult], summary: EvalSummary) -> None:
@@ -91,6 +96,15 @@ def print_eval(results: list[QuestionResult], summary: EvalSummary) -> None:
             f"hit@1 {summary.passage_hit_at_1:.2f}  hit@{summary.k} "
             f"{summary.passage_hit_at_k:.2f}  MRR {summary.passage_mrr:.2f}"
         )
+    if len(summary.by_language) > 1:  # a cross-language set, or two languages
+        rates = [
+            f"{language} ({counted(int(r['questions']), 'question')}) hit@{summary.k} "
+            f"{r['hit_at_k']:.2f}"
+            for language, r in summary.by_language.items()
+        ]
+        emit(f"by language: {', '.join(rates)}")
+    if len(set(summary.models.values())) > 1:
+        emit("models: " + ", ".join(f"{b}={m or 'none'}" for b, m in summary.models.items()))
 
 
 def _names(names: list[str]) -> str:

@@ -17,10 +17,12 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kb_cli import queries
 from kb_cli.app import Kb
 from kb_cli.errors import UsageError
 from kb_cli.ranking import normalised
-from kb_cli.services.search import MAX_HITS, SearchRequest, search
+from kb_cli.services.search import MAX_HITS, SearchRequest, main_script, search
+from kb_cli.textsearch import script_of
 
 # A question set is read whole before the first question is asked: at most this many
 # bytes (some 30,000 questions of the size of the bundled sets' 270 bytes, hours of
@@ -54,6 +56,9 @@ class QuestionResult:
     first_answer_rank: int | None = None
     answer_hit: bool | None = None
     answer_filename: str | None = None
+    # The question's script, then `>` and its expected documents' where theirs differs
+    # (`latin`, `cjk`, `latin>cjk`, `cjk>latin`): a cross-language question.
+    language: str = ""
 
     def to_dict(self) -> dict[str, object]:
         record: dict[str, object] = {
@@ -62,6 +67,7 @@ class QuestionResult:
             "first_expected_rank": self.first_expected_rank,
             "hit": self.hit,
             "forbidden_returned": self.forbidden_returned,
+            "language": self.language,
         }
         if self.answer:
             record |= {
@@ -87,6 +93,10 @@ class EvalSummary:
     passage_hit_at_1: float | None = None
     passage_hit_at_k: float | None = None
     passage_mrr: float | None = None
+    # The same rates per language pair (QuestionResult.language), and the embedding
+    # model of each base searched: a cross-language set is read per model.
+    by_language: dict[str, dict[str, float]] = field(default_factory=dict)
+    models: dict[str, str | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -204,6 +214,7 @@ def evaluate(
     if not 1 <= k <= MAX_HITS:
         raise UsageError(f"--k must be between 1 and {MAX_HITS}")
     results = [_ask(kb, question, k, base) for question in questions]
+    _tell_languages(kb, base, results)
     count = len(results)
     reciprocal = [1 / r.first_expected_rank if r.first_expected_rank else 0.0 for r in results]
     recall = [
@@ -219,6 +230,11 @@ def evaluate(
         mrr=round(sum(reciprocal) / count, 4),
         forbidden_leaks=sum(len(r.forbidden_returned) for r in results),
     )
+    summary.by_language = {
+        language: _rates([r for r in results if r.language == language])
+        for language in sorted({r.language for r in results})
+    }
+    summary.models = _models(kb, base)
     answered = [r for r in results if r.answer]
     if answered:
         summary.passage_questions = len(answered)
@@ -230,6 +246,48 @@ def evaluate(
             sum(1 / r.first_answer_rank for r in answered if r.first_answer_rank) / len(answered), 4
         )
     return results, summary
+
+
+# Published passages of an expected document read to tell its language, at most.
+LANGUAGE_SAMPLE = 20
+
+
+def _tell_languages(kb: Kb, base: str | None, results: list[QuestionResult]) -> None:
+    """Each result's language pair: the question's script, and its expected documents'
+    (the script most of their passages are in) where it differs."""
+    written: dict[str, str | None] = {}
+    scope = kb.actor.scope(base)
+    with kb.db.read() as conn:
+        for result in results:
+            asked = script_of(result.question)
+            for name in result.expected:
+                if name not in written:
+                    texts = queries.published_texts_named(conn, scope, name, LANGUAGE_SAMPLE)
+                    written[name] = main_script(texts)
+            scripts = sorted({written[name] or asked for name in result.expected} - {asked})
+            result.language = f"{asked}>{scripts[0]}" if scripts else asked
+
+
+def _rates(results: list[QuestionResult]) -> dict[str, float]:
+    count = len(results)
+    reciprocal = sum(1 / r.first_expected_rank for r in results if r.first_expected_rank)
+    return {
+        "questions": count,
+        "hit_at_1": _rate(sum(r.first_expected_rank == 1 for r in results), count),
+        "hit_at_k": _rate(sum(r.hit for r in results), count),
+        "mrr": round(reciprocal / count, 4),
+    }
+
+
+def _models(kb: Kb, base: str | None) -> dict[str, str | None]:
+    """The embedding model of each base searched (None: its model is `none`)."""
+    with kb.db.read() as conn:
+        providers = kb.models_in(conn, kb.actor.scope(base))
+    named: dict[str, str | None] = {}
+    for provider, bases in providers.items():
+        embedder = kb.embedder_for(provider)
+        named |= dict.fromkeys(bases, embedder.model if embedder is not None else None)
+    return dict(sorted(named.items()))
 
 
 def _ask(kb: Kb, question: Question, k: int, base: str | None) -> QuestionResult:

@@ -89,6 +89,8 @@ class SearchResult:
     # With no hits: why, and what to do next (the reader's bases, their documents, what
     # is published, the metadata filters, or the question itself).
     nothing_because: str | None = None
+    # With no good hit: what would help (a model that reads the question's language).
+    hints: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,41 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
                 hit.model = model_of.get(hit.base)
         if not result.hits:
             result.nothing_because = _why_nothing(conn, scope)
+        if not any(hit.lexical_rank for hit in result.hits):  # no word of it matched
+            result.hints = _other_language_hints(conn, text, models)
     return result
+
+
+# Published passages of a base read to tell its language, at most.
+LANGUAGE_SAMPLE = 50
+LANGUAGE_NAMES = {"latin": "English", "cjk": "Chinese"}
+
+
+def _other_language_hints(conn: Connection, text: str, models: list[ModelScope]) -> list[str]:
+    """For each base whose model reads one language (a script it gives no weight) and
+    whose text is mostly in another script than the question's: name the switch to a
+    model that reads both."""
+    asked = script_of(text)
+    hints = []
+    for model in models:
+        if min(model.embedder.fusion_weight.values()) > 0:
+            continue  # it reads both scripts
+        for base in model.bases:
+            written = main_script(queries.published_texts(conn, base, LANGUAGE_SAMPLE))
+            if written is not None and written != asked:
+                hints.append(
+                    f"the question is in {LANGUAGE_NAMES[asked]} and base {base} is mostly "
+                    f"{LANGUAGE_NAMES[written]}, which its model ({model.embedder.model}) does "
+                    f"not match across: kb reindex --base {base} --model multilingual lets "
+                    "questions in either language find its passages"
+                )
+    return hints
+
+
+def main_script(texts: list[str]) -> str | None:
+    """The script most of the passages are in; None without passages."""
+    scripts = [script_of_passage(text) for text in texts]
+    return max(set(scripts), key=scripts.count) if scripts else None
 
 
 def _why_nothing(conn: Connection, scope: Scope) -> str:

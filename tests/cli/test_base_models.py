@@ -206,3 +206,45 @@ def test_doctor_names_the_models_a_stopped_switch_and_vectors_of_another_model(
 
 def _stop_at_once(done: int, total: int) -> None:
     raise RuntimeError("stopped")
+
+
+def test_a_question_in_the_other_language_names_the_switch_to_a_model_that_reads_both(
+    invoke, tmp_path, monkeypatch
+):
+    from kb_cli.services.search import SearchRequest, search
+
+    monkeypatch.setenv("KB_EMBEDDINGS", "local")
+    assert invoke("base", "create", "both", "--model", "multilingual").code == 0
+    _ingest(invoke, tmp_path, "backups.md", "Backups run nightly in the primary region.")
+    _ingest(invoke, tmp_path, "restores.md", "Restores are tested every quarter.", "both")
+    kb = Kb.open(resolve_settings(), actor="tester")
+    asked_in_chinese = search(kb, SearchRequest("备份什么时候运行？"))
+    [hint] = asked_in_chinese.hints  # the base of the built-in model, not the other
+    assert hint.startswith("the question is in Chinese and base default is mostly English")
+    assert "kb reindex --base default --model multilingual" in hint
+    assert search(kb, SearchRequest("备份什么时候运行？", base="both")).hints == []
+    assert search(kb, SearchRequest("When do backups run?")).hints == []
+
+
+def test_eval_reports_each_language_pair_and_the_model_of_each_base(invoke, tmp_path, monkeypatch):
+    monkeypatch.setenv("KB_EMBEDDINGS", "local")
+    assert invoke("base", "create", "both", "--model", "multilingual").code == 0
+    _ingest(invoke, tmp_path, "backups.md", "Backups run nightly in the primary region.")
+    _ingest(invoke, tmp_path, "restores.md", "恢复演练每个季度进行一次，由运维团队负责。", "both")
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(
+        '{"question": "When do backups run?", "expected": ["backups.md"]}\n'
+        '{"question": "How often are restores rehearsed?", "expected": ["restores.md"]}\n'
+        '{"question": "恢复演练多久一次？", "expected": ["restores.md"]}\n',
+        encoding="utf-8",
+    )
+    result = invoke("eval", str(questions), "--json")
+    assert result.code == 0, result.stderr
+    *asked, summary = result.records
+    assert [record["language"] for record in asked] == ["latin", "latin>cjk", "cjk"]
+    assert sorted(summary["by_language"]) == ["cjk", "latin", "latin>cjk"]
+    assert summary["by_language"]["latin"]["questions"] == 1
+    assert summary["models"] == {"both": "use-multilingual-v3-512", "default": LOCAL}
+    plain = invoke("eval", str(questions)).stdout.splitlines()
+    assert plain[-2].startswith("by language: cjk (1 question) hit@3 ")
+    assert plain[-1] == f"models: both=use-multilingual-v3-512, default={LOCAL}"

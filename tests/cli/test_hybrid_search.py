@@ -64,6 +64,8 @@ def test_eval_on_the_shipped_question_set(invoke, corpus):
         "passage_hit_at_1",
         "passage_hit_at_k",
         "passage_mrr",
+        "by_language",
+        "models",
     }
     assert summary["k"] == 3 and summary["forbidden_leaks"] == 0
     assert summary["questions"] == len(questions) >= 30
@@ -74,7 +76,11 @@ def test_eval_on_the_shipped_question_set(invoke, corpus):
             "first_expected_rank",
             "hit",
             "forbidden_returned",
+            "language",
         }
+    by_language = summary["by_language"]
+    assert sum(rates["questions"] for rates in by_language.values()) == summary["questions"]
+    assert set(by_language) <= {"latin", "cjk", "latin>cjk", "cjk>latin"}
     for language in ("en", "zh"):
         asked = [q for q in questions if q["question"].isascii() == (language == "en")]
         rate = sum(q["hit"] for q in asked) / len(asked)
