@@ -1453,10 +1453,12 @@ def search_scope_counts(conn: Connection, scope: Scope) -> ScopeCounts:
     return ScopeCounts(int(bases.one()[0]), int(row[0]), int(row[1]), int(row[2]))
 
 
-def published_texts(conn: Connection, base: str, limit: int) -> list[str]:
-    """The text of up to `limit` published chunks of the base (the first ones stored)."""
-    sql = f"SELECT c.text {PUBLISHED_CHUNKS} WHERE d.base = :base ORDER BY c.id LIMIT :limit"
-    return list(conn.execute(sql, {"base": base, "limit": limit}).scalars())
+def published_texts(conn: Connection, scope: Scope, limit: int) -> list[str]:
+    """The text of up to `limit` published chunks in `scope` (whichever come first: no
+    order, so that a big base is not read whole to pick them)."""
+    scoped, params = scope_filter(scope, engine=conn.engine)
+    sql = f"SELECT c.text {PUBLISHED_CHUNKS}{where_all([scoped])} LIMIT :limit"
+    return list(conn.execute(sql, {**params, "limit": limit}).scalars())
 
 
 def published_texts_named(conn: Connection, scope: Scope, name: str, limit: int) -> list[str]:
@@ -1612,15 +1614,27 @@ def set_embeddings(
 VECTOR_BUILDS = "vector_builds"
 
 
-def start_model_switch(conn: Connection, base: str, model: str) -> None:
-    """Mark `base` as switching to `model`. The vectors a switch to another model had
-    built are dropped: they are of no use to this one."""
-    if switching_to(conn, base) != model:
-        conn.execute(f"DELETE FROM {VECTOR_BUILDS} WHERE base = :base", {"base": base})
-        conn.execute(
-            f"UPDATE {BASES} SET model_next = :model WHERE name = :base",
-            {"base": base, "model": model},
-        )
+def start_model_switch(conn: Connection, base: str, provider: str, model: str | None) -> None:
+    """Mark `base` as switching to `provider`, whose vectors are of `model` (None: no
+    vectors), and drop the vectors built for a switch to another: they are of no use
+    to this one."""
+    conn.execute(
+        f"UPDATE {BASES} SET model_next = :provider WHERE name = :base",
+        {"base": base, "provider": provider},
+    )
+    conn.execute(
+        f"DELETE FROM {VECTOR_BUILDS} WHERE base = :base AND model != :model",
+        {"base": base, "model": model or ""},
+    )
+
+
+def abandon_model_switch(conn: Connection, base: str, provider: str) -> None:
+    """The base keeps `provider` as its model: no switch, no vectors built for one."""
+    conn.execute(
+        f"UPDATE {BASES} SET model = :provider, model_next = NULL WHERE name = :base",
+        {"base": base, "provider": provider},
+    )
+    conn.execute(f"DELETE FROM {VECTOR_BUILDS} WHERE base = :base", {"base": base})
 
 
 def switching_to(conn: Connection, base: str) -> str | None:
@@ -1654,25 +1668,23 @@ def chunks_to_build(
     return [ChunkToEmbed._make(row) for row in conn.execute(sql, params)]
 
 
-def insert_built_vectors(conn: Connection, base: str, rows: Sequence[ChunkVector]) -> None:
-    """Vectors of the switch's model beside the chunks' own (a chunk deleted meanwhile
-    is skipped; one built twice, by two switches at once, is kept once)."""
-    sql = f"""INSERT INTO {VECTOR_BUILDS} (chunk_id, base, model, embedding, embedding_dim)
-        SELECT c.id, :base, :model, :embedding, :dim FROM {CHUNKS} AS c WHERE c.id = :id
-        ON CONFLICT (chunk_id) DO NOTHING"""
-    conn.executemany(
-        sql,
-        [
-            {
-                "id": r.id,
-                "base": base,
-                "model": r.embedding_model,
-                "embedding": r.embedding,
-                "dim": r.embedding_dim,
-            }
-            for r in rows
-        ],
-    )
+def insert_built_vectors(conn: Connection, base: str, rows: Sequence[ChunkVector]) -> int:
+    """Vectors of the switch's model beside the chunks' own, written only while the
+    base is switching to the provider it was when the batch began (a switch to another
+    begun meanwhile stops this one's writes: 0); a chunk deleted meanwhile is skipped,
+    one built twice (two runs of one switch at once) kept once. How many were written."""
+    sql = f"""INSERT INTO {VECTOR_BUILDS} (chunk_id, model, base, embedding, embedding_dim)
+        SELECT c.id, :model, :base, :embedding, :dim FROM {CHUNKS} AS c
+        WHERE c.id = :id AND EXISTS (SELECT 1 FROM {BASES} AS b
+            WHERE b.name = :base AND b.model_next = :provider)
+        ON CONFLICT (chunk_id, model) DO NOTHING"""
+    provider = switching_to(conn, base)
+    written = 0
+    for r in rows:
+        values = {"id": r.id, "base": base, "model": r.embedding_model, "provider": provider}
+        values |= {"embedding": r.embedding, "dim": r.embedding_dim}
+        written += conn.execute(sql, values).rowcount
+    return written
 
 
 def chunks_without_built_vector(conn: Connection, base: str, model: str) -> int:
@@ -1682,41 +1694,36 @@ def chunks_without_built_vector(conn: Connection, base: str, model: str) -> int:
     return int(conn.execute(sql, {"base": base, "model": model}).scalar())
 
 
-def finish_model_switch(conn: Connection, base: str, provider: str, model: str | None) -> int:
-    """In one transaction: every chunk of the base takes its built vector of `model`
-    (the vector index columns derive from it: pgvector's trigger), or none when `model`
-    is None (the provider `none`), the base takes `provider`, the built vectors are
-    dropped; the number of chunks switched."""
-    if model is None:
-        return _drop_base_vectors(conn, base, provider)
-    built = f"FROM {VECTOR_BUILDS} AS v WHERE v.chunk_id = {CHUNKS}.id AND v.model = :model"
-    switched = conn.execute(
-        f"""UPDATE {CHUNKS} SET embedding = (SELECT v.embedding {built}),
-            embedding_model = :model, embedding_dim = (SELECT v.embedding_dim {built})
-        WHERE id IN (SELECT chunk_id FROM {VECTOR_BUILDS} WHERE base = :base AND model = :model)""",
-        {"base": base, "model": model},
-    ).rowcount
-    conn.execute(
-        f"UPDATE {BASES} SET model = :provider, model_next = NULL WHERE name = :base",
+def finish_model_switch(
+    conn: Connection, base: str, provider: str, model: str | None
+) -> int | None:
+    """In one transaction: the base takes `provider` if it is still switching to it
+    (None, nothing written, when another command changed the switch), then every chunk
+    of a document of the base now takes its built vector of `model` (the vector index
+    columns derive from it: pgvector's trigger), or none when `model` is None (the
+    provider `none`), and every built vector of the base is dropped; the number of
+    chunks switched."""
+    taken = conn.execute(
+        f"""UPDATE {BASES} SET model = :provider, model_next = NULL
+        WHERE name = :base AND model_next = :provider""",
         {"base": base, "provider": provider},
-    )
+    ).rowcount
+    if taken != 1:
+        return None
+    in_base = f"document_id IN (SELECT id FROM {DOCUMENTS} WHERE base = :base)"
+    if model is None:
+        dropped = f"""UPDATE {CHUNKS} SET embedding = NULL, embedding_model = NULL,
+            embedding_dim = NULL WHERE {in_base}"""
+        switched: int = conn.execute(dropped, {"base": base}).rowcount
+    else:
+        built = f"FROM {VECTOR_BUILDS} AS v WHERE v.chunk_id = {CHUNKS}.id AND v.model = :model"
+        swapped = f"""UPDATE {CHUNKS} SET embedding = (SELECT v.embedding {built}),
+            embedding_model = :model, embedding_dim = (SELECT v.embedding_dim {built})
+            WHERE {in_base} AND EXISTS (SELECT 1 {built})"""
+        switched = conn.execute(swapped, {"base": base, "model": model}).rowcount
     conn.execute(f"DELETE FROM {VECTOR_BUILDS} WHERE base = :base", {"base": base})
     bump_vector_epoch(conn)
     return switched
-
-
-def _drop_base_vectors(conn: Connection, base: str, provider: str) -> int:
-    dropped = conn.execute(
-        f"""UPDATE {CHUNKS} SET embedding = NULL, embedding_model = NULL, embedding_dim = NULL
-        WHERE document_id IN (SELECT id FROM {DOCUMENTS} WHERE base = :base)""",
-        {"base": base},
-    ).rowcount
-    conn.execute(
-        f"UPDATE {BASES} SET model = :provider, model_next = NULL WHERE name = :base",
-        {"base": base, "provider": provider},
-    )
-    bump_vector_epoch(conn)
-    return dropped
 
 
 def vectors_of_other_models(conn: Connection, base: str, model: str) -> int:

@@ -112,27 +112,25 @@ def single(ranking: Ranking, scored: list[Scored]) -> list[Hit]:
     return [Hit(chunk, score, {ranking: rank}) for rank, (chunk, score) in enumerate(scored, 1)]
 
 
-# A ranking's chunks, best first, and its weight in the fusion: one for every chunk, or
-# each chunk's own. One ranking may come in several parts over chunks no other part
-# holds: the meaning ranking of each embedding model that embeds some of the bases.
-Weight = float | Callable[[int], float]
-Part = tuple[Ranking, list[Scored], Weight]
+# A ranking's chunks, best first, and its weight in the fusion. One ranking may come in
+# several parts: the meaning ranking of each embedding model that embeds some of the
+# bases searched.
+Part = tuple[Ranking, list[Scored], float]
 
 
 def fuse(parts: Sequence[Part], k: int = RRF_K) -> list[Hit]:
     """Weighted Reciprocal Rank Fusion of the parts: a chunk scores the sum of weight /
-    (k + its rank in the part) over the parts that returned it, each in the order given.
-    Ties by the best of its ranks, then by chunk id."""
+    (k + its rank in the part) over the parts that returned it, each in the order given;
+    its rank in a ranking of several parts is its best. (A group of copies in two bases
+    of two models is returned by both parts: each adds its share.) Ties by the best of
+    its ranks, then by chunk id."""
     ranks: dict[int, dict[Ranking, int]] = defaultdict(dict)
-    weights: dict[int, dict[Ranking, float]] = defaultdict(dict)
+    scores: dict[int, float] = defaultdict(float)
     for ranking, scored, weight in parts:
         for rank, (chunk, _score) in enumerate(scored, 1):
-            ranks[chunk][ranking] = rank
-            weights[chunk][ranking] = weight(chunk) if callable(weight) else weight
-    hits = [
-        Hit(chunk, sum(weights[chunk][r] / (k + rank) for r, rank in held.items()), held)
-        for chunk, held in ranks.items()
-    ]
+            ranks[chunk][ranking] = min(rank, ranks[chunk].get(ranking, rank))
+            scores[chunk] += weight / (k + rank)
+    hits = [Hit(chunk, scores[chunk], held) for chunk, held in ranks.items()]
     hits.sort(key=lambda hit: (-hit.score, min(hit.ranks.values()), hit.chunk))
     return hits
 

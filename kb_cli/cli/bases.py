@@ -1,11 +1,19 @@
 """Knowledge bases: the `kb base` sub-app."""
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
 from kb_cli import console
-from kb_cli.cli.shared import HELP_SETTINGS, JsonFlag, TeamOption, open_granted, open_kb
+from kb_cli.cli.shared import (
+    HELP_SETTINGS,
+    JsonFlag,
+    TeamOption,
+    open_granted,
+    open_kb,
+    settings_of,
+)
 from kb_cli.permissions import ADMINS, BASE_PREFIX, STATUS_READERS, Rule, Target
 
 base_app = typer.Typer(
@@ -47,11 +55,12 @@ def base_create(
 
     Example: kb base create handbooks-zh --model multilingual --team support
     """
-    from kb_cli.embeddings import check_model
+    from kb_cli.embeddings import check_model, make_embedder
     from kb_cli.services import bases
 
-    if model is not None:
-        check_model(model)  # before anything is made
+    if model is not None:  # a name, and a provider this process can build: before anything is made
+        embeddings = settings_of(ctx).embeddings
+        make_embedder(dataclasses.replace(embeddings, provider=check_model(model)))
     kb = open_kb(ctx, BASE_CREATE, create=True)
     console.print_bases([bases.create_base(kb, name, teams or [], model)], json_out)
 

@@ -34,9 +34,8 @@ class Embedder(Protocol):
     batch_size: int
 
     # How much this model's ranking counts beside the words ranking in hybrid search,
-    # by the query's script (textsearch.script_of: `latin`, `cjk`); 1.0 is plain
-    # Reciprocal Rank Fusion. `latin>cjk` (`cjk>latin`), where given, is the weight of a
-    # passage in the other script (textsearch.script_of_passage) for such a query.
+    # by the query's script (textsearch.script_of: `latin`, `cjk`): 1.0 is plain
+    # Reciprocal Rank Fusion.
     @property
     def fusion_weight(self) -> dict[str, float]: ...
 
@@ -97,8 +96,9 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder | None:
 
         if not settings.url or not settings.model:
             raise UsageError(
-                "KB_EMBEDDINGS=openai needs KB_EMBEDDING_URL (the API base, e.g. "
-                "http://127.0.0.1:11434/v1) and KB_EMBEDDING_MODEL"
+                "the openai provider (KB_EMBEDDINGS=openai, or a base's model openai) needs "
+                "KB_EMBEDDING_URL (the API base, e.g. http://127.0.0.1:11434/v1) and "
+                "KB_EMBEDDING_MODEL"
             )
         from kb_cli.provider_http import check_url
 

@@ -21,7 +21,7 @@ def create_base(kb: Kb, name: str, teams: list[str], model: str | None = None) -
     [name] = check_names([name], "base")
     teams = check_names(teams, "team")
     if model is not None:
-        check_model(model)
+        kb.embedder_for(check_model(model))  # a provider this process cannot build: usage
     now = kb.timestamp()
     with kb.db.write() as conn:
         if queries.base_exists(conn, name):

@@ -147,29 +147,31 @@ def switch_model(
     the served ones (in batches, each its own transaction: stopped or killed, running it
     again resumes), search keeps serving the old ones meanwhile, and once every chunk of
     the base has a new vector one transaction swaps them in and sets the model. To
-    `none`: the base's vectors are dropped in that one transaction."""
+    `none`: the base's vectors are dropped in that one transaction. To the model the
+    base has: a switch under way is abandoned."""
     check_model(model)
     embedder = kb.embedder_for(model)  # a provider it cannot use is refused before
+    vectors = embedder.model if embedder is not None else None
     with kb.db.write() as conn:
         require_base(conn, kb.scope, base)
-        current = queries.base_model(conn, base) or kb.settings.embeddings.provider
-        if current == model and queries.switching_to(conn, base) is None:
-            raise ConflictError(f"knowledge base {base!r} already uses the model {model}")
-        queries.start_model_switch(conn, base, model)
+        pinned = queries.base_model(conn, base)
+        current = pinned or kb.settings.embeddings.provider
+        if current == model:
+            return _abandon(kb, conn, base, model, pin=pinned is None)
+        queries.start_model_switch(conn, base, model, vectors)
         _audit(kb, conn, "model_switch", base, f"{current} -> {model}")
     embedded = 0
     for _round in range(SWITCH_ROUNDS):
         if embedder is not None:
             embedded += _build(kb, base, embedder, on_progress)
         with kb.db.write() as conn:
-            if queries.switching_to(conn, base) != model:
-                raise ConflictError(
-                    f"the switch of {base!r} to {model} was changed by another command meanwhile"
-                )
-            vectors = embedder.model if embedder is not None else None
             if vectors is not None and queries.chunks_without_built_vector(conn, base, vectors):
                 continue  # chunks written meanwhile: build theirs, then look again
             switched = queries.finish_model_switch(conn, base, model, vectors)
+            if switched is None:
+                raise ConflictError(
+                    f"the switch of {base!r} to {model} was changed by another command meanwhile"
+                )
             _audit(kb, conn, "model_switched", base, f"{current} -> {model}: {switched} chunks")
         notes: list[str] = []
         if vectors is not None:
@@ -181,6 +183,19 @@ def switch_model(
         f"knowledge base {base!r} kept receiving new chunks while its vectors were built; "
         "run the same command again (it resumes) when fewer documents are being processed"
     )
+
+
+def _abandon(kb: Kb, conn: Connection, base: str, model: str, pin: bool) -> SwitchReport:
+    """`--model` the base has: a switch under way is given up (its built vectors
+    dropped), and a base that followed KB_EMBEDDINGS keeps this model from now on;
+    with neither there is nothing to do."""
+    switching = queries.switching_to(conn, base)
+    if switching is None and not pin:
+        raise ConflictError(f"knowledge base {base!r} already uses the model {model}")
+    queries.abandon_model_switch(conn, base, model)
+    given_up = f"{switching} abandoned, " if switching else ""
+    _audit(kb, conn, "model_kept", base, f"{given_up}{model} kept")
+    return SwitchReport(base, model, model, 0, 0, [])
 
 
 def _audit(kb: Kb, conn: Connection, action: str, base: str, detail: str) -> None:

@@ -24,7 +24,6 @@ from kb_cli.ranking import (
     Ranking,
     Scored,
     SearchMode,
-    Weight,
     best_per_document,
     discount_repeats,
     distinct_rankings,
@@ -94,32 +93,6 @@ class SearchResult:
 
 
 @dataclass(frozen=True)
-class Across:
-    """A model's weight in the fusion for a question: `same` for passages in the
-    question's script, `across` for passages in the other (words cannot match there:
-    meaning is all a reader of the other language has)."""
-
-    asked: str  # the question's script
-    same: float
-    across: float
-
-    def of(self, details: dict[int, ChunkDetail]) -> Weight:
-        """The weight of each chunk of the ranking, its text read in `details`."""
-        if self.same == self.across:
-            return self.same
-
-        def weight(chunk: int) -> float:
-            passage = script_of_passage(details[chunk].text)
-            return self.same if passage == self.asked else self.across
-
-        return weight
-
-
-# A ranking's chunks, best first, and its weight before the passages are read.
-Asked = tuple[Ranking, list[Scored], Across]
-
-
-@dataclass(frozen=True)
 class ModelScope:
     """An embedding model and the bases searched that it embeds (the scope narrowed to
     them): the question is embedded once per model, and each model ranks its own bases'
@@ -165,7 +138,7 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
     with kb.db.read() as conn:
         if request.base is not None:
             require_base(conn, scope, request.base)
-        models = _model_scopes(kb, conn, scope)
+        models = _model_scopes(kb, conn, scope, result.warnings)
         if mode in (SearchMode.HYBRID, SearchMode.VECTOR) and not models:
             raise UsageError(
                 f"--mode {mode} needs embeddings, which are off for the bases searched "
@@ -181,15 +154,14 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
         # deleted since the ranking read it is not shown.
         asked = {chunk for _ranking, scored, _weight in parts for chunk, _score in scored}
         details = queries.chunk_details(conn, list(asked))
-        weighed = [(ranking, scored, weight.of(details)) for ranking, scored, weight in parts]
         distinct, copied = distinct_rankings(
-            [[item for item in scored if item[0] in details] for _r, scored, _w in weighed],
+            [[item for item in scored if item[0] in details] for _r, scored, _w in parts],
             lambda chunk_id: details[chunk_id].text,
             depth,
         )
         kept = [
             (ranking, scored, weight)
-            for (ranking, _asked, weight), scored in zip(weighed, distinct, strict=True)
+            for (ranking, _asked, weight), scored in zip(parts, distinct, strict=True)
         ]
 
         def document_of(chunk_id: int) -> str:
@@ -211,8 +183,8 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
                 hit.model = model_of.get(hit.base)
         if not result.hits:
             result.nothing_because = _why_nothing(conn, scope)
-        if not any(hit.lexical_rank for hit in result.hits):  # no word of it matched
-            result.hints = _other_language_hints(conn, text, models)
+        if result.mode == SearchMode.HYBRID and not any(hit.lexical_rank for hit in result.hits):
+            result.hints = _other_language_hints(conn, text, models)  # no word of it matched
     return result
 
 
@@ -231,7 +203,8 @@ def _other_language_hints(conn: Connection, text: str, models: list[ModelScope])
         if min(model.embedder.fusion_weight.values()) > 0:
             continue  # it reads both scripts
         for base in model.bases:
-            written = main_script(queries.published_texts(conn, base, LANGUAGE_SAMPLE))
+            within = dataclasses.replace(model.scope, bases=(base,))
+            written = main_script(queries.published_texts(conn, within, LANGUAGE_SAMPLE))
             if written is not None and written != asked:
                 hints.append(
                     f"the question is in {LANGUAGE_NAMES[asked]} and base {base} is mostly "
@@ -280,19 +253,23 @@ def _why_nothing(conn: Connection, scope: Scope) -> str:
     return f"no hits: no passage of the {searched} published documents searched answers it"
 
 
-def _model_scopes(kb: Kb, conn: Connection, scope: Scope) -> list[ModelScope]:
+def _model_scopes(kb: Kb, conn: Connection, scope: Scope, warnings: list[str]) -> list[ModelScope]:
     """The embedding models of the bases in `scope`, each with the scope narrowed to
     its bases (the scope as it is when one model embeds them all); a base whose model
-    is none has no meaning ranking."""
+    is none has no meaning ranking, nor one whose provider this process cannot build
+    (said in `warnings`: its bases are searched by words)."""
     bases_of = kb.models_in(conn, scope)
     models = []
     for model, bases in bases_of.items():
-        embedder = kb.embedder_for(model)
-        if embedder is not None:
-            narrowed = (
-                scope if len(bases_of) == 1 else dataclasses.replace(scope, bases=tuple(bases))
-            )
-            models.append(ModelScope(embedder, narrowed, tuple(bases)))
+        try:
+            embedder = kb.embedder_for(model)
+        except UsageError as error:
+            warnings.append(f"{error.message}; base {', '.join(bases)} searched by words only")
+            continue
+        if embedder is None:
+            continue
+        narrowed = dataclasses.replace(scope, bases=tuple(bases)) if len(bases_of) > 1 else scope
+        models.append(ModelScope(embedder, narrowed, tuple(bases)))
     return models
 
 
@@ -305,7 +282,7 @@ def _rankings(
     scope: Scope,
     models: list[ModelScope],
     result: SearchResult,
-) -> list[Asked]:
+) -> list[Part]:
     """The words ranking and each model's meaning ranking, each COPIES_DEPTH times
     `depth` deep (none where the mode does not ask for it), with their weights in the
     fusion. A meaning ranking that counts for nothing in the fusion (weight 0) is only
@@ -314,30 +291,22 @@ def _rankings(
     lexical: list[Scored] = []
     if result.mode != SearchMode.VECTOR and query.terms:
         lexical = kb.lexical.ranking(conn, query.terms, query.phrases, asked, scope)
-    parts: list[Asked] = [(Ranking.LEXICAL, lexical, Across(script_of(text), 1.0, 1.0))]
+    parts: list[Part] = [(Ranking.LEXICAL, lexical, 1.0)]
     for model in models:
         if result.mode == SearchMode.LEXICAL:
             break
         weight = _fusion_weight(kb, model.embedder, text)
-        counts = weight.same > 0 or weight.across > 0
-        if result.mode == SearchMode.VECTOR or counts or not lexical:
+        if result.mode == SearchMode.VECTOR or weight > 0 or not lexical:
             vector = _vector_ranking(kb, conn, text, query, asked, model, result)
             parts.append((Ranking.VECTOR, vector, weight))
     return parts
 
 
-def _fusion_weight(kb: Kb, embedder: Embedder, text: str) -> Across:
+def _fusion_weight(kb: Kb, embedder: Embedder, text: str) -> float:
     """How much a model's ranking counts beside the words: its own weight for the
-    question's script (`latin`, `cjk`), and for passages in the other script where
-    the model has one (`latin>cjk`, `cjk>latin`); KB_VECTOR_WEIGHT sets one weight for
-    every model and passage."""
+    question's script, unless KB_VECTOR_WEIGHT sets one for every model."""
     configured = kb.settings.vector_weight
-    asked = script_of(text)
-    if configured is not None:
-        return Across(asked, configured, configured)
-    same = embedder.fusion_weight[asked]
-    other = "latin" if asked == "cjk" else "cjk"
-    return Across(asked, same, embedder.fusion_weight.get(f"{asked}>{other}", same))
+    return embedder.fusion_weight[script_of(text)] if configured is None else configured
 
 
 def _fused(mode: SearchMode, parts: list[Part]) -> list[Hit]:

@@ -248,3 +248,84 @@ def test_eval_reports_each_language_pair_and_the_model_of_each_base(invoke, tmp_
     plain = invoke("eval", str(questions)).stdout.splitlines()
     assert plain[-2].startswith("by language: cjk (1 question) hit@3 ")
     assert plain[-1] == f"models: both=use-multilingual-v3-512, default={LOCAL}"
+
+
+def test_one_text_in_two_bases_of_two_models_adds_both_rankings(invoke, tmp_path, two_models):
+    assert invoke("base", "create", "served", "--model", "openai").code == 0
+    text = "Backups run nightly in the primary region."
+    _ingest(invoke, tmp_path, "here.md", text)
+    (tmp_path / "copy").mkdir()
+    _ingest(invoke, tmp_path / "copy", "there.md", text, "served")
+    [hit] = invoke("search", "When do backups run?", "--mode", "vector", "--json").records
+    assert hit["also_in"] and hit["vector_rank"] == 1
+    # Each model's ranking adds its share: twice what one ranking gives its first.
+    assert hit["score"] == pytest.approx(2 / 61, abs=1e-6)
+
+
+def test_a_switch_to_another_model_begun_meanwhile_stops_the_first_one_s_writes(
+    invoke, tmp_path, two_models
+):
+    from kb_cli import queries
+    from kb_cli.records import ChunkVector
+
+    _ingest(invoke, tmp_path, "a.md", "Backups run nightly in the primary region.")
+    kb = Kb.open(resolve_settings(), actor="tester")
+    with pytest.raises(RuntimeError):
+        switch_model(kb, "default", "openai", _stop_at_once)
+    switched = invoke("reindex", "--base", "default", "--model", "none", "--json").record
+    assert switched["model"] == "none"
+    with kb.db.write() as conn:  # a late batch of the first switch
+        chunk = conn.execute("SELECT id FROM chunks").scalar()
+        late = ChunkVector(chunk, b"\0\0" * 3, SERVED, 3)
+        assert queries.insert_built_vectors(conn, "default", [late]) == 0
+        assert conn.execute("SELECT count(*) FROM vector_builds").scalar() == 0
+
+
+def test_a_document_moved_out_during_a_switch_keeps_its_vectors(invoke, tmp_path, two_models):
+    assert invoke("base", "create", "other", "--model", "local").code == 0
+    staying = _ingest(invoke, tmp_path, "a.md", "Backups run nightly in the primary region.")
+    leaving = _ingest(invoke, tmp_path, "b.md", "Restores are tested every quarter.")
+    kb = Kb.open(resolve_settings(), actor="tester")
+    with pytest.raises(RuntimeError):
+        switch_model(kb, "default", "openai", _stop_after_all_built)
+    assert invoke("base", "move", leaving, "other").code == 0
+    resumed = invoke("reindex", "--base", "default", "--model", "openai", "--json").record
+    assert resumed["switched"] == 1  # the chunk of the document that stayed
+    by_file = {h["filename"]: h for h in hits(invoke, "restores tested quarter")}
+    assert (by_file["b.md"]["model"], by_file["b.md"]["vector_rank"]) == (LOCAL, 1)
+    assert staying and invoke("doctor", "--json").code == 0
+
+
+def _stop_after_all_built(done: int, total: int) -> None:
+    if done == total and total:
+        raise RuntimeError("stopped")
+
+
+def test_the_model_a_base_has_abandons_a_switch_or_pins_a_followed_one(
+    invoke, tmp_path, two_models
+):
+    _ingest(invoke, tmp_path, "a.md", "Backups run nightly in the primary region.")
+    kb = Kb.open(resolve_settings(), actor="tester")
+    with pytest.raises(RuntimeError):
+        switch_model(kb, "default", "openai", _stop_after_all_built)
+    kept = invoke("reindex", "--base", "default", "--model", "local", "--json").record
+    assert (kept["model"], kept["embedded"], kept["switched"]) == ("local", 0, 0)
+    base = _base(invoke, "default")
+    assert (base["model"], base["model_from"], base["switching_to"]) == ("local", "base", None)
+    assert {h["model"] for h in hits(invoke, "backups")} == {LOCAL}
+    assert invoke("reindex", "--base", "default", "--model", "local").code == 4
+
+
+def test_a_model_this_process_cannot_build_is_refused_at_create_and_skipped_by_search(
+    invoke, tmp_path, two_models, monkeypatch
+):
+    assert invoke("base", "create", "served", "--model", "openai").code == 0
+    _ingest(invoke, tmp_path, "a.md", "Backups run nightly in the primary region.", "served")
+    monkeypatch.delenv("KB_EMBEDDING_URL")
+    refused = invoke("base", "create", "more", "--model", "openai", "--json")
+    assert refused.code == 2 and "KB_EMBEDDING_URL" in refused.error["message"]
+    searched = invoke("search", "backups", "--json")
+    assert searched.code == 0
+    [hit] = searched.records
+    assert (hit["lexical_rank"], hit["model"]) == (1, None)
+    assert "base served searched by words only" in searched.stderr

@@ -69,7 +69,7 @@ def test_the_provider_is_configured_by_name():
     embedder = make_embedder(settings)
     assert isinstance(embedder, MultilingualEmbedder)
     assert embedder.model == MODEL_NAME and embedder.batch_size == 16
-    assert set(embedder.fusion_weight) == {"latin", "cjk", "latin>cjk"}
+    assert set(embedder.fusion_weight) == {"latin", "cjk"}
     assert MODEL_NAME in settings.describe()
 
 

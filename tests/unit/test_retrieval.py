@@ -235,25 +235,3 @@ def test_a_passage_is_chinese_when_chinese_characters_are_half_its_words():
     assert script_of_passage("Backups run nightly; ask 张伟 in the primary region team.") == "latin"
     assert script_of_passage("备份每天晚上在主区域运行，使用 Kubernetes 集群。") == "cjk"
     assert script_of_passage("") == "latin"
-
-
-def test_a_weight_of_its_own_for_passages_in_the_other_script():
-    from kb_cli.queries import ChunkDetail
-    from kb_cli.services.search import Across
-
-    def detail(chunk: int, text: str) -> ChunkDetail:
-        return ChunkDetail(chunk, "d", "b", "f.md", 1, chunk, text, None, None, None, None, "")
-
-    details = {1: detail(1, "Backups run nightly."), 2: detail(2, "备份每天晚上运行。")}
-    weight = Across("latin", 0.3, 10.0).of(details)
-    assert callable(weight) and (weight(1), weight(2)) == (0.3, 10.0)
-    assert Across("latin", 0.3, 0.3).of(details) == 0.3
-    # The Chinese passage second by meaning passes the English one first by meaning,
-    # that words ranked third: its rank weighs ten times as much.
-    fused = fuse(
-        [
-            (Ranking.LEXICAL, [(3, 1.0), (1, 0.5)], 1.0),
-            (Ranking.VECTOR, [(1, 0.9), (2, 0.8)], weight),
-        ]
-    )
-    assert [hit.chunk for hit in fused] == [2, 1, 3]

@@ -9,7 +9,8 @@ base did before (so nothing changes for a base until it is given a model).
 vectors of; `vector_builds` holds those vectors, one per chunk, beside the chunk's own,
 which search keeps serving. When every chunk of the base has one, a single transaction
 copies them into the chunks and sets `model`; the rows here are then dropped. A chunk
-deleted meanwhile takes its row with it.
+deleted meanwhile takes its rows with it. A row is keyed by chunk and model: a switch to
+another model begun meanwhile never finds its vector's place taken.
 
 Revision ID: 0019_base_models
 Revises: 0018_review_facts
@@ -35,8 +36,8 @@ def upgrade() -> None:
             sa.ForeignKey("chunks.id", ondelete="CASCADE"),
             primary_key=True,
         ),
+        sa.Column("model", sa.String(200), primary_key=True),
         sa.Column("base", sa.String(100), nullable=False),
-        sa.Column("model", sa.String(200), nullable=False),
         sa.Column("embedding", sa.LargeBinary, nullable=False),
         sa.Column("embedding_dim", sa.Integer, nullable=False),
     )
