@@ -268,6 +268,11 @@ class ClaimLost(WorkerInterrupt):
     """The task was cancelled or reclaimed: write nothing more."""
 
 
+class ModelChanged(WorkerInterrupt):
+    """The document's base took another embedding model while the task embedded with
+    the one before: release the task, to be embedded again with the new one."""
+
+
 class TaskFailure(Exception):
     """A stage failed with one of the task error codes (docs/interface.md, "Error codes of
     a failed task")."""

@@ -703,6 +703,15 @@ def base_models(conn: Connection, scope: Scope) -> dict[str, str | None]:
     return dict(conn.execute(sql, params).all())
 
 
+def document_base_model(conn: Connection, document_id: str) -> str | None:
+    """The embedding model of the document's base now (None: it follows KB_EMBEDDINGS,
+    or there is no such document)."""
+    sql = f"""SELECT b.model FROM {DOCUMENTS} AS d JOIN {BASES} AS b ON b.name = d.base
+        WHERE d.id = :id"""
+    model: str | None = conn.execute(sql, {"id": document_id}).scalar()
+    return model
+
+
 def base_model(conn: Connection, base: str) -> str | None:
     """The base's embedding model; None: the process's KB_EMBEDDINGS (or no such base)."""
     row = conn.execute(f"SELECT model FROM {BASES} WHERE name = :base", {"base": base}).first()

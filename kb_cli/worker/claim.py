@@ -22,7 +22,14 @@ from kb_cli.app import Kb
 from kb_cli.chunking import ChunkText
 from kb_cli.config import TaskSettings, WorkerOptions
 from kb_cli.db import Connection, format_stamp
-from kb_cli.errors import ActorDisabled, BusyError, ClaimLost, KbError, UserDisabled
+from kb_cli.errors import (
+    ActorDisabled,
+    BusyError,
+    ClaimLost,
+    KbError,
+    ModelChanged,
+    UserDisabled,
+)
 from kb_cli.lifecycle import DocStatus, ErrorCode, Stage, TaskStatus
 from kb_cli.queries import TaskChanges
 from kb_cli.records import DocumentRow, NewChunk, TaskRow
@@ -534,6 +541,7 @@ class Claim:
         """This task's completion in the caller's transaction: its task, the last batch
         of its chunks and its document; None (nothing written) when the claim is lost."""
         task = self.task
+        self._check_model(conn, rows)
         finished = self._end(
             conn,
             TaskStatus.SUCCEEDED,
@@ -553,6 +561,21 @@ class Claim:
             queries.delete_artefacts(conn, task.document_id, task.revision)
         self.claimant.move_document(conn, task, DocStatus.REVIEW_PENDING, "complete", events)
         return finished
+
+    def _check_model(self, conn: Connection, rows: list[NewChunk]) -> None:
+        """ModelChanged when the vectors were made by another model than the one of the
+        document's base now (a switch swapped in while this task embedded): its chunks
+        would be invisible to meaning search."""
+        if not rows:
+            return
+        provider = queries.document_base_model(conn, self.task.document_id)
+        embedder = self.kb.embedder_for(provider)
+        now = embedder.model if embedder is not None else None
+        if now != rows[0].embedding_model:
+            raise ModelChanged(
+                f"the base's embedding model changed to {now or 'none'} while the task "
+                "ran; queued again to embed with it"
+            )
 
     def fail(self, code: ErrorCode, detail: str) -> TaskRow | None:
         """Fail the task, or park it in retry_wait when the cause may pass by itself;

@@ -24,6 +24,7 @@ from kb_cli.errors import (
     ClaimStranded,
     DatabaseUnavailable,
     KbError,
+    ModelChanged,
     StopRequested,
     StorageUnavailable,
     TaskFailure,
@@ -454,6 +455,8 @@ class Worker:
             listener.lost(task_id)
         elif isinstance(error, StopRequested):
             self._told(task_id, claim.release(), listener)
+        elif isinstance(error, ModelChanged):
+            self._told(task_id, claim.release(str(error)), listener)
         elif isinstance(error, TaskFailure):
             self._told(task_id, claim.fail(error.code, error.detail), listener, released=False)
         elif isinstance(error, StorageUnavailable):

@@ -54,3 +54,25 @@ def test_a_switch_killed_midway_keeps_serving_and_resumes(
     assert resumed["embedded"] == resumed["switched"] - built
     assert {hit["model"] for hit in hits(invoke, "backups restore")} == {SERVED}
     assert _built(kb) == 0  # the built vectors are dropped once swapped in
+
+
+def test_a_task_that_embedded_before_a_switch_swapped_in_is_embedded_again(
+    invoke, tmp_path, embedding_server, monkeypatch
+):
+    monkeypatch.setenv("KB_EMBEDDINGS", "local")
+    (tmp_path / "a.md").write_text("Backups run nightly in the primary region.", "utf-8")
+    task = invoke("upload", str(tmp_path / "a.md"), "--submit", "--json").record
+    worker = start_kb("work", "--stage-delay", "1", env=kb_env(), stdout=None, stderr=None)
+    try:
+        wait_until(
+            lambda: invoke("status", task["task_id"], "--json").record["stage"] == "indexing",
+            timeout=60,
+        )
+        assert invoke("reindex", "--base", "default", "--model", "openai").code == 0
+    finally:
+        assert worker.wait(60) == 0
+    trail = invoke("history", task["task_id"], "--json").records
+    assert any("embedding model changed to openai:tiny-embed" in (e["detail"] or "") for e in trail)
+    assert invoke("work", "--json").code == 0  # the released task, embedded again
+    assert invoke("publish", task["document_id"]).code == 0
+    assert [hit["model"] for hit in hits(invoke, "backups")] == [SERVED]
