@@ -1683,14 +1683,17 @@ def insert_built_vectors(conn: Connection, base: str, rows: Sequence[ChunkVector
     begun meanwhile stops this one's writes: 0); a chunk deleted meanwhile is skipped,
     one built twice (two runs of one switch at once) kept once. How many were written."""
     sql = f"""INSERT INTO {VECTOR_BUILDS} (chunk_id, model, base, embedding, embedding_dim)
-        SELECT c.id, :model, :base, :embedding, :dim FROM {CHUNKS} AS c
+        SELECT c.id, :model, :into_base, :embedding, :dim FROM {CHUNKS} AS c
         WHERE c.id = :id AND EXISTS (SELECT 1 FROM {BASES} AS b
             WHERE b.name = :base AND b.model_next = :provider)
         ON CONFLICT (chunk_id, model) DO NOTHING"""
     provider = switching_to(conn, base)
     written = 0
     for r in rows:
-        values = {"id": r.id, "base": base, "model": r.embedding_model, "provider": provider}
+        # The base twice: PostgreSQL types a parameter once, and a column read here and
+        # a value written there differ (varchar, text).
+        values = {"id": r.id, "base": base, "into_base": base, "provider": provider}
+        values |= {"model": r.embedding_model}
         values |= {"embedding": r.embedding, "dim": r.embedding_dim}
         written += conn.execute(sql, values).rowcount
     return written
