@@ -244,6 +244,7 @@ def main() -> None:
         for model in models:
             os.environ["KB_EMBEDDINGS"] = model
             folder = root if args.model is None else root / model
+            folder.mkdir(parents=True, exist_ok=True)
             rows_of[model] = run_model(model, folder, load_corpora(args.corpus), args)
     if not args.json:
         for model, rows in rows_of.items():
