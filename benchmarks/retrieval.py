@@ -19,7 +19,15 @@ first k hits' text holds an answer (whitespace runs as one space, case folded), 
 `kb eval` scores it. MRR uses the first 10 hits. `--discount X` ranks with another
 REPEAT_DISCOUNT (kb_cli/services/search.py), to compare orderings.
 
-    uv run python benchmarks/retrieval.py [--corpus NAME ...] [--json] [--misses]
+Cross-language sets: crosslingual.jsonl holds questions asked in the other language
+than their corpus's (English questions over the Chinese pages, `en>zh`; Chinese
+questions over the English pages, `zh>en`), document level only; each corpus's home
+answers them too, in rows of their own. `--model M` (repeatable: `local`,
+`multilingual`, ...; default KB_EMBEDDINGS, else `local`) ingests and asks everything
+once per embedding model, each in homes of its own, and ends with the models side by
+side (hit@3 of each set and mode).
+
+    uv run python benchmarks/retrieval.py [--corpus NAME ...] [--model M ...] [--json] [--misses]
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CORPORA = Path(__file__).resolve().parent / "corpora"
+CROSSLINGUAL = Path(__file__).resolve().parent / "crosslingual.jsonl"
 K = 3
 DEPTH = 10  # hits read for MRR
 CONFIGS = {
@@ -65,6 +74,15 @@ def load_corpora(names: list[str] | None) -> list[Corpus]:
         pages = sorted(path for path in (folder / "docs").iterdir() if path.is_file())
         corpora.append(Corpus(folder.name, language, pages, questions))
     return corpora
+
+
+def crosslingual(corpus: Corpus) -> tuple[str, list[dict]]:
+    """The cross-language set over this corpus's pages: its name (`en>zh`: asked in
+    English over Chinese pages) and its questions."""
+    asked = "zh" if corpus.language == "en" else "en"
+    lines = CROSSLINGUAL.read_text(encoding="utf-8").splitlines()
+    questions = [json.loads(line) for line in lines if line.strip()]
+    return f"{asked}>{corpus.language}", [q for q in questions if q["corpus"] == corpus.name]
 
 
 def ingest(corpus: Corpus, home: Path):
@@ -129,13 +147,17 @@ def score(ranks: list[int | None]) -> dict[str, float]:
     }
 
 
-def evaluate(kb, corpus: Corpus) -> dict[str, list[int | None]]:
+def evaluate(
+    kb, corpus: Corpus, questions: list[dict] | None = None
+) -> dict[str, list[int | None]]:
     """Per configuration, the document-level ranks (`name`) and the passage-level ranks
-    of the questions that give an answer (`name:passage`)."""
+    of the questions that give an answer (`name:passage`); the corpus's own questions
+    unless others are given."""
     ranks: dict[str, list[int | None]] = {}
-    answered = [bool(question.get("answer")) for question in corpus.questions]
+    questions = corpus.questions if questions is None else questions
+    answered = [bool(question.get("answer")) for question in questions]
     for name, config in CONFIGS.items():
-        pairs = [first_ranks(kb, question, config) for question in corpus.questions]
+        pairs = [first_ranks(kb, question, config) for question in questions]
         ranks[name] = [page for page, _passage in pairs]
         ranks[f"{name}:passage"] = [
             passage for (_page, passage), has in zip(pairs, answered, strict=True) if has
@@ -176,6 +198,29 @@ def by_language(rows) -> list[tuple[str, str, int, dict[str, list]]]:
     ]
 
 
+def side_by_side(rows_of: dict[str, list]) -> str:
+    """Per question set (a language, or a cross-language set), each model's hit@3 in
+    each mode: default / lexical / vector."""
+    models = list(rows_of)
+    head = "| set | questions | " + " | ".join(
+        f"{model}: default / lexical / vector hit@{K}" for model in models
+    )
+    lines = [head + " |", "|" + " --- |" * (2 + len(models))]
+    merged = {model: by_language(rows) for model, rows in rows_of.items()}
+    for index, (name, _language, count, _ranks) in enumerate(merged[models[0]]):
+        cells = []
+        for model in models:
+            ranks = merged[model][index][3]
+            cells.append(
+                " / ".join(
+                    f"{score(ranks[mode])[f'hit@{K}']:.2f}"
+                    for mode in ("default", "lexical", "vector")
+                )
+            )
+        lines.append(f"| {name} | {count} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
@@ -183,42 +228,69 @@ def main() -> None:
     parser.add_argument("--misses", action="store_true", help="list the default's misses")
     parser.add_argument("--keep", type=Path, help="build (or reuse) the homes in this folder")
     parser.add_argument("--discount", type=float, help="rank with this REPEAT_DISCOUNT")
+    parser.add_argument(
+        "--model", action="append", help="embedding model (KB_EMBEDDINGS value; repeatable)"
+    )
     args = parser.parse_args()
     if args.discount is not None:
         from kb_cli.services import search
 
         search.REPEAT_DISCOUNT = args.discount
     os.environ.setdefault("KB_EMBEDDINGS", "local")
-    rows = []
+    models = args.model or [os.environ["KB_EMBEDDINGS"]]
+    rows_of: dict[str, list] = {}
     with tempfile.TemporaryDirectory(prefix="kb-retrieval-") as scratch:
         root = args.keep or Path(scratch)
-        for corpus in load_corpora(args.corpus):
-            home = root / corpus.name
-            started = time.perf_counter()
-            if (home / "kb.sqlite3").exists():
-                from kb_cli.app import Kb
-                from kb_cli.config import resolve_settings
-
-                kb = Kb.open(resolve_settings(str(home)), actor="bench")
-            else:
-                kb = ingest(corpus, home)
-            ingested = time.perf_counter() - started
-            ranks = evaluate(kb, corpus)
-            rows.append((corpus.name, corpus.language, len(corpus.questions), ranks))
-            if args.json:
-                record = {"corpus": corpus.name, "language": corpus.language}
-                record |= {name: score(r) for name, r in ranks.items()}
-                print(json.dumps(record | {"ingest_seconds": round(ingested, 1)}))
-            if args.misses:
-                for question, rank in zip(corpus.questions, ranks["default"], strict=True):
-                    if rank is None or rank > K:
-                        print(f"miss {corpus.name}: {question['question']} -> {rank}")
-                answered = [question for question in corpus.questions if question.get("answer")]
-                for question, rank in zip(answered, ranks["default:passage"], strict=True):
-                    if rank is None or rank > K:
-                        print(f"passage miss {corpus.name}: {question['question']} -> {rank}")
+        for model in models:
+            os.environ["KB_EMBEDDINGS"] = model
+            folder = root if args.model is None else root / model
+            folder.mkdir(parents=True, exist_ok=True)
+            rows_of[model] = run_model(model, folder, load_corpora(args.corpus), args)
     if not args.json:
-        print(table(rows + by_language(rows)))
+        for model, rows in rows_of.items():
+            if len(models) > 1:
+                print(f"\nKB_EMBEDDINGS={model}\n")
+            print(table(rows + by_language(rows)))
+        print()
+        print(side_by_side(rows_of))
+
+
+def run_model(model: str, root: Path, corpora: list[Corpus], args) -> list:
+    """Every corpus ingested (or reopened) with this model, its own questions and its
+    cross-language ones asked: one row each."""
+    rows = []
+    for corpus in corpora:
+        home = root / corpus.name
+        started = time.perf_counter()
+        if (home / "kb.sqlite3").exists():
+            from kb_cli.app import Kb
+            from kb_cli.config import resolve_settings
+
+            kb = Kb.open(resolve_settings(str(home)), actor="bench")
+        else:
+            kb = ingest(corpus, home)
+        ingested = time.perf_counter() - started
+        ranks = evaluate(kb, corpus)
+        rows.append((corpus.name, corpus.language, len(corpus.questions), ranks))
+        across, questions = crosslingual(corpus)
+        cross = evaluate(kb, corpus, questions)
+        rows.append((f"{corpus.name} ({across})", across, len(questions), cross))
+        if args.json:
+            record = {"model": model, "corpus": corpus.name, "language": corpus.language}
+            record |= {name: score(r) for name, r in ranks.items()}
+            record |= {f"{across} {name}": score(r) for name, r in cross.items()}
+            print(json.dumps(record | {"ingest_seconds": round(ingested, 1)}))
+        if args.misses:
+            asked = [(corpus.questions, ranks), (questions, cross)]
+            for each, found in asked:
+                for question, rank in zip(each, found["default"], strict=True):
+                    if rank is None or rank > K:
+                        print(f"miss {model} {corpus.name}: {question['question']} -> {rank}")
+            answered = [question for question in corpus.questions if question.get("answer")]
+            for question, rank in zip(answered, ranks["default:passage"], strict=True):
+                if rank is None or rank > K:
+                    print(f"passage miss {model} {corpus.name}: {question['question']} -> {rank}")
+    return rows
 
 
 if __name__ == "__main__":
