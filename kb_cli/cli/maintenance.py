@@ -75,8 +75,12 @@ def reindex(
         )
     kb = open_kb(ctx, REINDEX, bases=[base])
     if base is not None and model is not None:
-        with _progress(json_out, f"vectors of {model} for {base}") as progress:
-            switched = service.switch_model(kb, base, model, progress)
+        try:
+            with _progress(json_out, f"vectors of {model} for {base}") as progress:
+                switched = service.switch_model(kb, base, model, progress)
+        except KeyboardInterrupt:
+            console.note(f"stopped: kb reindex --base {base} --model {model} resumes it")
+            raise
         console.print_switch(switched, json_out)
         return
     if embeddings:

@@ -76,3 +76,20 @@ def test_a_task_that_embedded_before_a_switch_swapped_in_is_embedded_again(
     assert invoke("work", "--json").code == 0  # the released task, embedded again
     assert invoke("publish", task["document_id"]).code == 0
     assert [hit["model"] for hit in hits(invoke, "backups")] == [SERVED]
+
+
+def test_a_switch_stopped_with_ctrl_c_says_how_to_resume(
+    invoke, tmp_path, embedding_server, monkeypatch
+):
+    monkeypatch.setenv("KB_EMBEDDINGS", "local")
+    (tmp_path / "a.md").write_text("\n\n".join(f"Part {i}: backups " * 40 for i in range(6)))
+    assert invoke("upload", str(tmp_path / "a.md"), "--submit").code == 0
+    assert invoke("work").code == 0
+    embedding_server.delay = 0.3
+    kb = Kb.open(resolve_settings(), create=False)
+    process = start_kb("reindex", "--base", "default", "--model", "openai", env=kb_env())
+    wait_until(lambda: _built(kb) >= 2, timeout=60, message="no vector built")
+    process.send_signal(signal.SIGINT)
+    _out, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert "kb reindex --base default --model openai resumes it" in err
