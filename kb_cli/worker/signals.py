@@ -36,8 +36,10 @@ def stop_on_signals(stop: threading.Event, told: Callable[[str], None]) -> Itera
     def pass_on() -> None:
         number = os.read(read_end, 1)[0]
         if number != BLOCK_ENDED:
-            stop.set()
+            # Told first: the main thread, once it sees the stop, releases its task and
+            # ends its live display, and nothing may be written above that afterwards.
             told(signal.Signals(number).name)
+            stop.set()
 
     thread = threading.Thread(target=pass_on, name="kb-signals", daemon=True)
     thread.start()
