@@ -204,7 +204,7 @@ def _check_role(user: UserRow | None, rule: Rule, token: str) -> tuple[Actor, Re
             return Actor("anonymous"), (None, TokenMissing(f"forbidden: {why}"), why)
         why = "KB_TOKEN is not a valid token"
         return Actor("anonymous"), (None, ForbiddenError(f"forbidden: {why}"), why)
-    actor = Actor(user.name, Role(user.role))
+    actor = Actor(user.name, Role(user.role), user.token_id)
     if user.disabled_at is not None:
         why = f"user {user.name} is disabled (an admin can run: kb user enable {user.name})"
         return actor, (None, ForbiddenError(f"forbidden: {why}"), why)

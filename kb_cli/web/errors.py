@@ -68,7 +68,7 @@ def body_of(error: KbError, hidden: tuple[str, ...] = ()) -> dict[str, str]:
     return {"error": error.code, "message": message}
 
 
-def unexpected(error: Exception) -> dict[str, str]:
+def unexpected(error: BaseException) -> dict[str, str]:
     return {"error": "internal_error", "message": f"unexpected {type(error).__name__}"}
 
 

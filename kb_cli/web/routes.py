@@ -9,16 +9,19 @@ which FastAPI runs on its thread pool; only the upload reads its body itself."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,6 +33,7 @@ from kb_cli.errors import KbError, NotFoundError, ObjectTooLarge, UsageError
 from kb_cli.permissions import (
     CANCEL,
     DEFAULT_BASE,
+    EVENTS,
     PUBLISH,
     RETRY,
     SEARCH,
@@ -50,7 +54,19 @@ class BodyTooLarge(Exception):
     """The request's body went past the server's bound."""
 
 
-def build(settings: Settings) -> ASGIApp:
+class Streams:
+    """The event streams open now: each ends when its client goes, or when the server
+    stops (`stop_all`, before uvicorn waits for open connections)."""
+
+    def __init__(self) -> None:
+        self.open: set[threading.Event] = set()
+
+    def stop_all(self) -> None:
+        for stop in list(self.open):
+            stop.set()
+
+
+def build(settings: Settings, streams: Streams | None = None) -> ASGIApp:
     """The ASGI application: the routes, inside the bound on a request's body (the upload
     limit, KB_MAX_UPLOAD_BYTES, plus the form's framing)."""
     app = FastAPI(
@@ -61,6 +77,7 @@ def build(settings: Settings) -> ASGIApp:
     hidden = (str(settings.home), settings.where(short=False))
     _errors(app, hidden)
     _routes(app, settings, hidden)
+    _event_route(app, settings, hidden, streams or Streams())
     return _BoundedBody(app, settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
 
 
@@ -237,6 +254,105 @@ def _routes(app: FastAPI, settings: Settings, hidden: tuple[str, ...]) -> None:
             "nothing_because": result.nothing_because,
             "hints": result.hints,
         }
+
+
+def _event_route(
+    app: FastAPI, settings: Settings, hidden: tuple[str, ...], streams: Streams
+) -> None:
+    @app.get("/api/events", response_class=StreamingResponse)
+    async def events(
+        request: Request,
+        since: int = Query(0, ge=0, description="Only events after this id (`--since`)."),
+        base: list[str] | None = Query(None, description="Only this base (repeatable)."),
+    ) -> StreamingResponse:
+        """`kb events --follow` as Server-Sent Events: each event `id: EVENT_ID`, `event:
+        TYPE`, `data: RECORD`; a client that reconnects with `Last-Event-ID` resumes after
+        it. A refusal once streaming (the caller disabled, its token replaced) is an
+        `event: error` with the error body, and the end of the stream."""
+        last = request.headers.get("last-event-id")
+        if last is not None:
+            if not last.strip().isdigit():
+                raise UsageError("Last-Event-ID is an event id: a whole number")
+            since = int(last)
+        bases = tuple(base or ())
+        stop, events = threading.Event(), asyncio.Queue[Any]()
+        loop = asyncio.get_running_loop()
+
+        def post(item: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the server stopped
+                loop.call_soon_threadsafe(events.put_nowait, item)
+
+        threading.Thread(
+            target=_follow,
+            args=(settings, request, since, bases, stop, post),
+            name="kb-events",
+            daemon=True,
+        ).start()
+        opened = await events.get()  # the guard's answer, before any byte is sent
+        if isinstance(opened, BaseException):
+            stop.set()
+            raise opened
+        return StreamingResponse(
+            _stream(events, stop, streams, hidden),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+
+_END = object()  # the follow ended (stopped, or after an error sent before it)
+
+
+def _follow(
+    settings: Settings,
+    request: Request,
+    since: int,
+    bases: tuple[str, ...],
+    stop: threading.Event,
+    post: Callable[[Any], None],
+) -> None:
+    """One stream's thread: the guard, then services.events.follow_events until `stop`,
+    each event posted to the stream; the knowledge base is opened, read and closed on
+    this thread only (SQLite's watch connection belongs to the thread that made it).
+    Posts first True (let in) or the guard's error, then events, then an error that ends
+    the stream if one does, then _END."""
+    from kb_cli.services import events as events_service
+
+    started = False
+    try:
+        with _guarded(settings, request, EVENTS, bases=bases) as (kb, _grant):
+            post(True)
+            started = True
+            for event in events_service.follow_events(kb, since, bases, stop):
+                post(event)
+    except Exception as error:
+        post(error)
+    finally:
+        if started:
+            post(_END)
+
+
+async def _stream(
+    events: asyncio.Queue[Any],
+    stop: threading.Event,
+    streams: Streams,
+    hidden: tuple[str, ...],
+) -> AsyncIterator[str]:
+    """The events the stream's thread posts, as Server-Sent Events; when the client goes
+    or the server stops, the thread is told to stop (it closes what it opened)."""
+    streams.open.add(stop)
+    try:
+        yield ": kb events\n\n"  # the headers go out now, not with the first event
+        while (item := await events.get()) is not _END:
+            if isinstance(item, KbError):
+                yield f"event: error\ndata: {json.dumps(errors.body_of(item, hidden))}\n\n"
+            elif isinstance(item, BaseException):
+                yield f"event: error\ndata: {json.dumps(errors.unexpected(item))}\n\n"
+            else:
+                data = json.dumps(item.to_dict(), ensure_ascii=False)
+                yield f"id: {item.event_id}\nevent: {item.type}\ndata: {data}\n\n"
+    finally:
+        stop.set()
+        streams.open.discard(stop)
 
 
 def _upload(

@@ -15,9 +15,17 @@ from kb_cli.web import routes
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, on_ready: Callable[[], None], streams: routes.Streams
+    ) -> None:
         super().__init__(config)
-        self.on_ready = on_ready
+        self.on_ready, self.streams = on_ready, streams
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Event streams never end by themselves: they are ended first, so that a stop
+        waits only for the requests in flight."""
+        self.streams.stop_all()
+        await super().shutdown(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -49,12 +57,13 @@ def serve(settings: Settings, sock: socket.socket, on_ready: Callable[[], None])
     """Answer requests on `sock` until SIGINT or SIGTERM. `on_ready` runs once the app
     is built and the signals are handled, before the first request is read (those that
     come earlier wait in the socket's backlog)."""
+    streams = routes.Streams()
     config = uvicorn.Config(
-        routes.build(settings),
+        routes.build(settings, streams),
         log_config=None,  # kb says what it serves on; requests are not logged
         access_log=False,
         lifespan="off",
         server_header=False,
         timeout_graceful_shutdown=10,
     )
-    _Server(config, on_ready).run(sockets=[sock])
+    _Server(config, on_ready, streams).run(sockets=[sock])

@@ -15,6 +15,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -189,6 +190,7 @@ def test_tokens_roles_and_bases(server):
     assert anonymous.body["error"] == "forbidden"
     assert anonymous.headers["www-authenticate"] == "Bearer"
     assert server.get("/api/search?q=invoices").status == 401
+    assert server.get("/api/events").status == 401
     assert server.as_("kb_nothing_here").get("/api/search?q=invoices").status == 403
 
     refused = server.as_(viewer).upload({"a.md": TEXT})
@@ -234,6 +236,7 @@ def test_errors_have_one_body_and_no_path(kb_home):
             assert "/tmp" not in answer.body["message"], answer.body
 
 
+@pytest.mark.slow  # the first upload creates the schema: 4 to 5 s
 @pytest.mark.empty_database
 def test_no_home_yet_is_said_without_its_path(kb_home):
     with serving() as server:
@@ -251,3 +254,98 @@ def test_an_address_in_use_is_a_usage_error(server):
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 2, stderr
     assert f"cannot listen on 127.0.0.1:{port}" in stderr
+
+
+ROUTES = {
+    ("GET", "/api/health"),
+    ("POST", "/api/documents"),
+    ("GET", "/api/documents/{document_id}"),
+    ("POST", "/api/documents/{document_id}/submit"),
+    ("POST", "/api/documents/{document_id}/retry"),
+    ("POST", "/api/documents/{document_id}/publish"),
+    ("GET", "/api/ingestion-tasks/{task_id}"),
+    ("DELETE", "/api/ingestion-tasks/{task_id}"),
+    ("GET", "/api/search"),
+    ("GET", "/api/events"),
+}
+
+
+def test_the_openapi_description_lists_the_documented_routes(server):
+    """/openapi.json names exactly the routes docs/interface.md's "HTTP" table lists,
+    and the table names each of them."""
+    described = server.get("/openapi.json").body
+    served = {
+        (method.upper(), path) for path, item in described["paths"].items() for method in item
+    }
+    assert served == ROUTES
+    table = Path(__file__).resolve().parents[2] / "docs" / "interface.md"
+    text = table.read_text(encoding="utf-8").split("\n## HTTP\n", 1)[1]
+    for method, path in ROUTES:
+        shown = path.replace("{document_id}", "{id}").replace("{task_id}", "{id}")
+        assert f"`{method} {shown}" in text, (method, path)
+
+
+def _events(response, count: int) -> list[dict]:
+    """The next `count` events of a Server-Sent Events stream: id, event, data."""
+    found: list[dict] = []
+    event: dict = {}
+    while len(found) < count:
+        line = response.readline().decode("utf-8")
+        assert line, "the stream ended"
+        line = line.rstrip("\n")
+        if not line:
+            if "data" in event:
+                found.append(event)
+            event = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(": ")
+            event[name] = json.loads(value) if name == "data" else value
+    return found
+
+
+def _stream(server: Client, headers: dict | None = None):
+    request = urllib.request.Request(server.url + "/api/events", headers=headers or {})
+    return urllib.request.urlopen(request, timeout=30)
+
+
+def test_events_stream_and_resume_after_the_last_id(kb_home):
+    """GET /api/events follows the lifecycle events as Server-Sent Events; reconnected
+    with Last-Event-ID it resumes after that event. The server stops cleanly (exit 0,
+    see `serving`) with a stream still open."""
+    with serving() as server:
+        with _stream(server) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            [document] = server.upload({"a.md": TEXT}).body
+            task = server.post(f"/api/documents/{document['document_id']}/submit").body
+            [queued] = _events(stream, 1)
+            assert queued["event"] == "task.queued"
+            assert queued["data"]["task_id"] == task["task_id"]
+            assert queued["id"] == str(queued["data"]["event_id"])
+            server.delete(f"/api/ingestion-tasks/{task['task_id']}")
+            [cancelled] = _events(stream, 1)
+            assert cancelled["event"] == "task.cancelled"
+        bad = server.request("GET", "/api/events", headers={"Last-Event-ID": "x"})
+        assert bad.status == 422 and bad.body["error"] == "usage"
+        resumed = _stream(server, {"Last-Event-ID": queued["id"]})
+        assert _events(resumed, 1) == [cancelled]
+    resumed.close()  # open while the server was told to stop
+
+
+@pytest.mark.slow  # the stream looks again within 5 s (services/events.py)
+def test_a_stream_ends_once_its_callers_token_is_replaced(server):
+    """The stream checks its caller at every look, with the request's own token (the
+    server has none): a replaced token ends it with an error event, audited."""
+    admin = _token("root", "--role", "admin")
+    reader = _token("rita", "--role", "viewer", token=admin)
+    with _stream(server, {"Authorization": f"Bearer {reader}"}) as stream:
+        assert run_in_process("user", "token", "rita", env=kb_env(KB_TOKEN=admin)).code == 0
+        run_in_process("upload", "--json", str(_note()), env=kb_env(KB_TOKEN=admin))  # a look
+        [ended] = _events(stream, 1)
+        assert ended["event"] == "error" and ended["data"]["error"] == "forbidden", ended
+        assert stream.readline() == b""  # and the stream ends
+
+
+def _note() -> Path:
+    path = Path("note.md")
+    path.write_bytes(TEXT)
+    return path
