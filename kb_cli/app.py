@@ -139,7 +139,10 @@ def require_caller(conn: Connection, actor: Actor) -> None:
     if actor.role is None:
         return
     user = queries.caller_state(conn, actor.name)
-    token_id = os.environ.get("KB_TOKEN", "").split("_")[1:2]
+    if actor.token_id is not None:  # the token the guard accepted (a request's, for kb serve)
+        token_id = [actor.token_id]
+    else:
+        token_id = os.environ.get("KB_TOKEN", "").split("_")[1:2]
     if user is None or [user.token_id] != token_id:
         raise CallerRevoked("forbidden: KB_TOKEN is not a valid token")
     if user.disabled_at is not None:

@@ -122,6 +122,11 @@ class ForbiddenError(KbError):
     code = "forbidden"
 
 
+class TokenMissing(ForbiddenError):
+    """Users exist and the caller gave no token: forbidden (exit 5) to a command, 401 to
+    an HTTP request (kb serve), which can then send one."""
+
+
 class CallerRevoked(ForbiddenError):
     """A long-running command's caller was disabled, or its token replaced, since the
     command started: it stops at its next wake-up, the refusal recorded."""

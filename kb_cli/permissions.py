@@ -74,6 +74,9 @@ class Actor:
 
     name: str
     role: Role | None = None
+    # The id of the token the guard accepted: a long-running caller (`kb events
+    # --follow`, a stream of `kb serve`) is refused once its token is replaced.
+    token_id: str | None = None
 
     @property
     def reads_every_base(self) -> bool:
@@ -85,6 +88,17 @@ class Actor:
         named = tuple(dict.fromkeys(base for base in bases if base is not None))
         return Scope(None if self.reads_every_base else self.name, named)
 
+
+# The rules a command shares with its `kb serve` route (each command declares the rest
+# beside itself): one rule for both, so the HTTP adapter checks exactly what the command does.
+UPLOAD = Rule("upload", EDITORS, Target.BASE)
+SUBMIT = Rule("submit", EDITORS, Target.DOCUMENT)
+PUBLISH = Rule("publish", REVIEWERS, Target.DOCUMENT)
+STATUS = Rule("status", STATUS_READERS, Target.TASK_OR_DOCUMENT)
+CANCEL = Rule("cancel", EDITORS, Target.TASK_OR_DOCUMENT)
+RETRY = Rule("retry", EDITORS, Target.TASK_OR_DOCUMENT)
+SEARCH = Rule("search", READERS, Target.BASE)
+EVENTS = Rule("events", READERS)
 
 # Names that read well in a shell: no spaces, quotes or leading dash.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

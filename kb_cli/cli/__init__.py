@@ -6,8 +6,9 @@ and `kb --version` start fast and never touch the database.
 This module builds `app` and registers every command, in the order `kb --help` lists
 them. The commands live by concern: `documents` (upload, submit, publish), `tasks`
 (status, cancel, retry, work, history), `events` (events, relay), `answers` (search,
-eval), `reading` (show, diff, export), `users`, `bases`, `maintenance` (reindex,
-doctor, demo, db); `shared` holds what they all use and `boundary` the error boundary.
+eval), `reading` (show, diff, export), `serve` (HTTP), `users`, `bases`,
+`maintenance` (reindex, doctor, demo, db); `shared` holds what they all use and
+`boundary` the error boundary.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kb_cli.cli import (
     events,
     maintenance,
     reading,
+    serve,
     sync,
     tasks,
     users,
@@ -122,6 +124,7 @@ app.command()(reading.diff)
 app.command()(reading.export)
 app.command()(events.events)
 app.command()(events.relay)
+app.command()(serve.serve)
 app.add_typer(users.user_app, name="user")
 app.add_typer(bases.base_app, name="base")
 app.command()(maintenance.demo)

@@ -7,10 +7,8 @@ import typer
 
 from kb_cli import console
 from kb_cli.cli.shared import BaseOption, JsonFlag, WhereOption, finite_number, open_kb
-from kb_cli.permissions import READERS, Rule, Target
+from kb_cli.permissions import READERS, SEARCH, Rule, Target
 from kb_cli.ranking import SearchMode
-
-SEARCH = Rule("search", READERS, Target.BASE)
 
 
 def search(

@@ -20,9 +20,17 @@ from kb_cli.cli.shared import (
 )
 from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
-from kb_cli.permissions import DEFAULT_BASE, EDITORS, REVIEWERS, Rule, Target
+from kb_cli.permissions import (
+    DEFAULT_BASE,
+    EDITORS,
+    PUBLISH,
+    REVIEWERS,
+    SUBMIT,
+    UPLOAD,
+    Rule,
+    Target,
+)
 
-UPLOAD = Rule("upload", EDITORS, Target.BASE)
 REPLACE = Rule("upload", EDITORS, Target.DOCUMENT)
 
 
@@ -127,9 +135,6 @@ def upload(
     print_with_filenames(records, json_out)
 
 
-SUBMIT = Rule("submit", EDITORS, Target.DOCUMENT)
-
-
 def submit(
     ctx: typer.Context,
     document_id: DocumentId,
@@ -145,9 +150,6 @@ def submit(
     kb, grant = open_granted(ctx, SUBMIT, document_id)
     record = documents.submit_document(kb, grant.full_id)
     print_with_filenames([record], json_out)
-
-
-PUBLISH = Rule("publish", REVIEWERS, Target.DOCUMENT)
 
 
 def publish(

@@ -8,9 +8,7 @@ import typer
 
 from kb_cli import console
 from kb_cli.cli.shared import BasesOption, JsonFlag, finite_number, open_kb
-from kb_cli.permissions import READERS, WORKERS, Rule
-
-EVENTS = Rule("events", READERS)
+from kb_cli.permissions import EVENTS, WORKERS, Rule
 
 
 def events(

@@ -15,7 +15,7 @@ import typer
 from kb_cli import console
 from kb_cli.config import MAX_SECONDS
 from kb_cli.errors import UsageError
-from kb_cli.permissions import DEFAULT_BASE, Rule, Target
+from kb_cli.permissions import Rule
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -109,33 +109,16 @@ def open_granted(
     from kb_cli.services import access
 
     settings = settings_of(ctx)
-    kept = [base for base in bases if base is not None]
-    named = [target] if rule.acts_on == Target.BASE and target is not None else []
-    kb = _open(settings, create, [base for base in [*named, *kept] if base != DEFAULT_BASE])
-    invocation_of(ctx).opened.append(kb.db)
-    if kb.created:  # said once the command succeeded (boundary), so a home made in the
-        invocation_of(ctx).created = settings.where()  # wrong directory is noticed
-    grant = access.authorize(kb, rule, target, more, kept)
-    kb = kb.acting_as(grant.actor)
-    invocation_of(ctx).session = Session(kb, rule.command, target)
+    invocation = invocation_of(ctx)
+
+    def opened(kb: Kb) -> None:
+        invocation.opened.append(kb.db)
+        if kb.created:  # said once the command succeeded (boundary), so a home made in the
+            invocation.created = settings.where()  # wrong directory is noticed
+
+    kb, grant = access.open_as(settings, rule, target, create, more, bases, on_open=opened)
+    invocation.session = Session(kb, rule.command, target)
     return kb, grant
-
-
-def _open(settings: Settings, create: bool, named: list[str]) -> Kb:
-    """The knowledge base, made on first use when `create`. A new one would hold only
-    the default base: a command that names another (`named`) makes nothing, and says
-    how to make that base."""
-    from kb_cli.app import Kb, no_such_base
-    from kb_cli.errors import NoKnowledgeBaseYet
-
-    try:
-        return Kb.open(settings, create=create and not named)
-    except NoKnowledgeBaseYet as missing:
-        if not named:
-            raise
-        if create:  # the command would have made the home, and the base still be missing
-            raise no_such_base(named[0], [DEFAULT_BASE], missing) from None
-        raise NoKnowledgeBaseYet(missing.where, missing.choose, named[0]) from None
 
 
 def settings_of(ctx: typer.Context) -> Settings:

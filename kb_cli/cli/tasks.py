@@ -25,15 +25,14 @@ from kb_cli.errors import UsageError, WaitTimeout
 from kb_cli.lifecycle import ErrorCode, ListedDocStatus
 from kb_cli.permissions import (
     BASE_PREFIX,
-    EDITORS,
+    CANCEL,
     READERS,
-    STATUS_READERS,
+    RETRY,
+    STATUS,
     WORKERS,
     Rule,
     Target,
 )
-
-STATUS = Rule("status", STATUS_READERS, Target.TASK_OR_DOCUMENT)
 
 
 def status(
@@ -167,9 +166,6 @@ def _wait(kb, grant, timeout: float | None, json_out: bool) -> None:
         )
 
 
-CANCEL = Rule("cancel", EDITORS, Target.TASK_OR_DOCUMENT)
-
-
 def cancel(
     ctx: typer.Context,
     task_id: Annotated[
@@ -192,9 +188,6 @@ def cancel(
 
     kb, grant = open_granted(ctx, CANCEL, task_id)
     print_with_filenames([tasks.cancel_task(kb, grant.full_id, grant.kind)], json_out)
-
-
-RETRY = Rule("retry", EDITORS, Target.TASK_OR_DOCUMENT)
 
 
 def retry(

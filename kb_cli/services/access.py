@@ -10,22 +10,35 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from kb_cli import queries
-from kb_cli.app import MAX_ID_CHARS, Kb, require_base, resolve_id
+from kb_cli.app import MAX_ID_CHARS, Kb, no_such_base, require_base, resolve_id
+from kb_cli.config import Settings
 from kb_cli.db import Connection, format_stamp
 from kb_cli.errors import (
     ConflictError,
     ForbiddenError,
     InternalError,
     KbError,
+    NoKnowledgeBaseYet,
     NotFoundError,
+    TokenMissing,
     UsageError,
 )
-from kb_cli.permissions import ADMINS, BASE_PREFIX, Actor, Role, Rule, Scope, Target, check_names
+from kb_cli.permissions import (
+    ADMINS,
+    BASE_PREFIX,
+    DEFAULT_BASE,
+    Actor,
+    Role,
+    Rule,
+    Scope,
+    Target,
+    check_names,
+)
 from kb_cli.records import UserRow
 from kb_cli.transitions import audit_event
 
@@ -87,6 +100,7 @@ def authorize(
     target: str | None = None,
     more: Sequence[str] = (),
     bases: Sequence[str] = (),
+    token: str | None = None,
 ) -> Grant:
     """The one guard, run before a command changes anything: the caller's role must be
     one of the rule's, and what the command names (a document, a task, a base) must lie
@@ -95,8 +109,11 @@ def authorize(
     the caller and the target resolved (`more`: further ids of the rule's kind, resolved
     as not_found where the caller may not read them, unaudited). A refusal is written to
     the audit trail (who, what, why) and raised: `forbidden` for the role, `not_found`
-    for a base the caller may not read, exactly as if the target did not exist."""
+    for a base the caller may not read, exactly as if the target did not exist.
+    `token`: the caller's token (None: KB_TOKEN, as a command has it; `kb serve` passes
+    each request's own)."""
     open_mode = False
+    given = os.environ.get("KB_TOKEN", "") if token is None else token
     bases = tuple(dict.fromkeys(bases))
     try:
         with kb.db.read() as conn:
@@ -106,8 +123,8 @@ def authorize(
                     require_base(conn, kb.scope, name)
                 grant = _resolve(conn, kb.actor, rule.acts_on, target, bases, rule.command)
                 return _with_more(conn, grant, rule.acts_on, more, rule.command)
-            user = _user_for_token(conn, os.environ.get("KB_TOKEN", ""))
-            actor, refusal = _check_role(user, rule)
+            user = _user_for_token(conn, given)
+            actor, refusal = _check_role(user, rule, given)
             grant = Grant(actor, bases=bases)
             for name in bases if refusal is None else ():
                 refusal = _base_refusal(conn, actor, name)
@@ -138,14 +155,56 @@ def authorize(
     raise error
 
 
-def _check_role(user: UserRow | None, rule: Rule) -> tuple[Actor, Refusal | None]:
-    """The caller (the user KB_TOKEN names), and (None, forbidden, why) when the token
-    or its role refuses."""
+def open_as(
+    settings: Settings,
+    rule: Rule,
+    target: str | None = None,
+    create: bool = False,
+    more: Sequence[str] = (),
+    bases: Sequence[str | None] = (),
+    token: str | None = None,
+    on_open: Callable[[Kb], None] | None = None,
+) -> tuple[Kb, Grant]:
+    """Connect, then run the guard: the rule (the roles it needs, the base of what it
+    names) against the caller's `token` (None: KB_TOKEN). What every adapter (the
+    commands, `kb serve`) opens a knowledge base with. The context returned acts as the
+    caller the guard established. Only what puts something in a knowledge base passes
+    `create=True`; anything else is refused where there is none, and creates nothing.
+    `bases` keep the caller to those bases (None: not given); `on_open` sees the
+    context as soon as it is open (before the guard), so that its caller can close it."""
+    kept = [base for base in bases if base is not None]
+    named = [target] if rule.acts_on == Target.BASE and target is not None else []
+    kb = open_home(settings, create, [base for base in [*named, *kept] if base != DEFAULT_BASE])
+    if on_open is not None:
+        on_open(kb)
+    grant = authorize(kb, rule, target, more, kept, token)
+    return kb.acting_as(grant.actor), grant
+
+
+def open_home(settings: Settings, create: bool, named: list[str]) -> Kb:
+    """The knowledge base, made on first use when `create`. A new one would hold only
+    the default base: a caller that names another (`named`) makes nothing, and is told
+    how to make that base."""
+    try:
+        return Kb.open(settings, create=create and not named)
+    except NoKnowledgeBaseYet as missing:
+        if not named:
+            raise
+        if create:  # the command would have made the home, and the base still be missing
+            raise no_such_base(named[0], [DEFAULT_BASE], missing) from None
+        raise NoKnowledgeBaseYet(missing.where, missing.choose, named[0]) from None
+
+
+def _check_role(user: UserRow | None, rule: Rule, token: str) -> tuple[Actor, Refusal | None]:
+    """The caller (the user `token` names), and (None, forbidden, why) when the token
+    or its role refuses (TokenMissing when there is no token at all)."""
     if user is None:
-        token = os.environ.get("KB_TOKEN", "")
-        why = "KB_TOKEN is missing" if not token else "KB_TOKEN is not a valid token"
+        if not token:
+            why = "KB_TOKEN is missing"
+            return Actor("anonymous"), (None, TokenMissing(f"forbidden: {why}"), why)
+        why = "KB_TOKEN is not a valid token"
         return Actor("anonymous"), (None, ForbiddenError(f"forbidden: {why}"), why)
-    actor = Actor(user.name, Role(user.role))
+    actor = Actor(user.name, Role(user.role), user.token_id)
     if user.disabled_at is not None:
         why = f"user {user.name} is disabled (an admin can run: kb user enable {user.name})"
         return actor, (None, ForbiddenError(f"forbidden: {why}"), why)

@@ -192,6 +192,10 @@ SCENES: dict[str, Callable[[Path, int], Invocation]] = {
     "history": lambda tmp, n: Invocation(["history", _published(tmp, n)]),
     "events": lambda tmp, n: (_several(tmp, n), Invocation(["events"]))[1],
     "relay": _relay,
+    # Prints where it listens (one record), then serves until Ctrl-C.
+    "serve": lambda tmp, n: Invocation(
+        ["serve", "--port", "0"], interrupt_when=lambda out: "\n" in out
+    ),
     "demo": lambda tmp, n: Invocation(["demo"]),
     "user add": lambda tmp, n: Invocation(
         ["user", "add", f"new{n}", "--role", "editor"],

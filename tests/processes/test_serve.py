@@ -1,0 +1,351 @@
+"""`kb serve`: the real server as a process on a free loopback port, asked by a real
+HTTP client (urllib), its tasks processed by a real `kb work`. The design's examples
+(docs/interface.md, "HTTP") are these tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import DOC_KEYS, TASK_KEYS, kb_env, run_in_process, start_kb
+
+TEXT = b"# Invoices\n\nInvoices are kept for seven years. Backups run every night.\n"
+
+
+@dataclass
+class Answer:
+    status: int
+    body: object
+    headers: dict[str, str]
+
+
+class Client:
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url, self.token = url, token
+
+    def as_(self, token: str | None) -> Client:
+        return Client(self.url, token)
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict | None = None
+    ) -> Answer:
+        headers = dict(headers or {})
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.url + path, body, headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return Answer(
+                    response.status,
+                    json.loads(response.read()),
+                    {k.lower(): v for k, v in response.headers.items()},
+                )
+        except urllib.error.HTTPError as error:
+            return Answer(
+                error.code,
+                json.loads(error.read()),
+                {k.lower(): v for k, v in error.headers.items()},
+            )
+
+    def get(self, path: str) -> Answer:
+        return self.request("GET", path)
+
+    def post(self, path: str) -> Answer:
+        return self.request("POST", path, b"")
+
+    def delete(self, path: str) -> Answer:
+        return self.request("DELETE", path)
+
+    def upload(self, files: dict[str, bytes], base: str | None = None) -> Answer:
+        """POST /api/documents: multipart/form-data, one `files` part per file."""
+        boundary = uuid.uuid4().hex
+        parts = []
+        for name, data in files.items():
+            head = (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="files"; '
+                f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+            )
+            parts.append(head.encode() + data + b"\r\n")
+        if base is not None:
+            field = f'--{boundary}\r\nContent-Disposition: form-data; name="base"\r\n\r\n{base}\r\n'
+            parts.append(field.encode())
+        body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+        content_type = f"multipart/form-data; boundary={boundary}"
+        return self.request("POST", "/api/documents", body, {"Content-Type": content_type})
+
+
+def _first_line(process: subprocess.Popen, timeout: float = 30) -> str:
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, "kb serve printed no address"
+    return process.stdout.readline()
+
+
+@contextlib.contextmanager
+def serving(**env: str) -> Iterator[Client]:
+    """`kb serve --port 0 --json` in this test's home; SIGTERM at the end, which it
+    answers by stopping cleanly (exit 0)."""
+    process = start_kb("serve", "--port", "0", "--json", env=kb_env(**env))
+    try:
+        record = json.loads(_first_line(process))
+        assert record["host"] == "127.0.0.1" and record["port"] > 0
+        yield Client(record["url"])
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+@pytest.fixture
+def server() -> Iterator[Client]:
+    with serving() as client:
+        yield client
+
+
+def _token(*args: str, token: str | None = None) -> str:
+    env = None if token is None else kb_env(KB_TOKEN=token)
+    result = run_in_process("user", "add", *args, "--json", env=env)
+    assert result.code == 0, result.stderr
+    return result.records[0]["token"]
+
+
+def _work() -> None:
+    assert run_in_process("work", "--drain").code == 0
+
+
+def test_the_lifecycle_over_http(server):
+    """upload -> submit (202, the task record) -> kb work -> publish -> search finds it;
+    a retry of a draft and a cancel of a succeeded task are 409."""
+    assert server.get("/api/health").body == {"status": "ok", "version": "0.1.0"}
+    uploaded = server.upload({"invoices.md": TEXT})
+    assert uploaded.status == 201, uploaded.body
+    [document] = uploaded.body
+    assert set(document) >= DOC_KEYS
+    assert (document["filename"], document["status"], document["base"]) == (
+        "invoices.md",
+        "draft",
+        "default",
+    )
+    doc = document["document_id"]
+
+    retried = server.post(f"/api/documents/{doc}/retry")
+    assert retried.status == 409 and retried.body["error"] == "conflict", retried.body
+
+    submitted = server.post(f"/api/documents/{doc}/submit")
+    assert submitted.status == 202, submitted.body
+    task = submitted.body
+    assert set(task) >= TASK_KEYS and task["status"] == "queued"
+    assert task["document_id"] == doc
+    assert server.get(f"/api/ingestion-tasks/{task['task_id']}").body == task
+
+    _work()  # the server never runs tasks: `kb work` does
+    done = server.get(f"/api/ingestion-tasks/{task['task_id']}")
+    assert done.body["status"] == "succeeded", done.body
+    cancelled = server.delete(f"/api/ingestion-tasks/{task['task_id']}")
+    assert cancelled.status == 409 and cancelled.body["error"] == "conflict", cancelled.body
+
+    published = server.post(f"/api/documents/{doc}/publish")
+    assert published.status == 200 and published.body["status"] == "published", published.body
+    assert server.get(f"/api/documents/{doc}").body["status"] == "published"
+    found = server.get("/api/search?q=how+long+are+invoices+kept&limit=3")
+    assert found.status == 200
+    assert [hit["document_id"] for hit in found.body["hits"]][:1] == [doc]
+
+
+def test_a_queued_task_is_cancelled_and_ids_name_their_kind(server):
+    [document] = server.upload({"a.md": TEXT}).body
+    task = server.post(f"/api/documents/{document['document_id']}/submit").body
+    cancelled = server.delete(f"/api/ingestion-tasks/{task['task_id'][:8]}")
+    assert cancelled.status == 200 and cancelled.body["status"] == "cancelled", cancelled.body
+    # A document's id is not a task's, nor the other way round.
+    assert server.get(f"/api/ingestion-tasks/{document['document_id']}").status == 404
+    assert server.get(f"/api/documents/{task['task_id']}").status == 404
+
+
+def test_tokens_roles_and_bases(server):
+    """401 without a token once an admin exists, 403 for a viewer uploading, 404 for a
+    document of a base the caller cannot read; each refusal in the audit trail."""
+    admin = _token("root", "--role", "admin")
+    viewer = _token("vera", "--role", "viewer", token=admin)
+    editor = _token("ed", "--role", "editor", token=admin)
+    assert (
+        run_in_process("base", "create", "hr", "--team", "hr", env=kb_env(KB_TOKEN=admin)).code == 0
+    )
+
+    anonymous = server.upload({"a.md": TEXT})
+    assert anonymous.status == 401, anonymous.body
+    assert anonymous.body["error"] == "forbidden"
+    assert anonymous.headers["www-authenticate"] == "Bearer"
+    assert server.get("/api/search?q=invoices").status == 401
+    assert server.get("/api/events").status == 401
+    assert server.as_("kb_nothing_here").get("/api/search?q=invoices").status == 403
+
+    refused = server.as_(viewer).upload({"a.md": TEXT})
+    assert refused.status == 403 and refused.body["error"] == "forbidden", refused.body
+    assert "viewer" in refused.body["message"]
+
+    hidden = server.as_(admin).upload({"pay.md": TEXT}, base="hr")
+    assert hidden.status == 201, hidden.body
+    doc = hidden.body[0]["document_id"]
+    assert server.as_(admin).get(f"/api/documents/{doc}").status == 200
+    for path in (f"/api/documents/{doc}", f"/api/documents/{doc}/submit"):
+        answer = server.as_(editor).request("POST" if path.endswith("submit") else "GET", path)
+        assert answer.status == 404 and answer.body["error"] == "not_found", answer.body
+    assert server.as_(editor).upload({"b.md": TEXT}, base="hr").status == 404
+    assert server.as_(editor).upload({"b.md": TEXT}).status == 201
+
+    trail = run_in_process("history", doc, "--json", env=kb_env(KB_TOKEN=admin)).records
+    assert any(event.get("action") == "refused" for event in trail), trail
+
+
+def test_errors_have_one_body_and_no_path(kb_home):
+    with serving(KB_MAX_UPLOAD_BYTES="100") as server:
+        too_large = server.upload({"big.md": b"x" * 5000})
+        assert too_large.status == 413 and too_large.body["error"] == "invalid_input"
+        large = server.upload({"big.md": b"x" * 101})
+        assert large.status == 413 and large.body["error"] == "invalid_input", large.body
+        unsupported = server.upload({"tool.exe": b"MZ"})
+        assert unsupported.status == 422 and unsupported.body["error"] == "invalid_input"
+        answers = [
+            too_large,
+            large,
+            unsupported,
+            server.get("/api/nowhere"),
+            server.get("/api/search"),
+            server.get("/api/search?q=x&mode=nonsense"),
+            server.get("/api/documents/0123456789"),
+            server.request("POST", "/api/documents", b"", {"Content-Type": "text/plain"}),
+        ]
+        assert [answer.status for answer in answers[3:]] == [404, 422, 422, 404, 422]
+        for answer in answers:
+            assert set(answer.body) == {"error", "message"}, answer.body
+            assert str(kb_home) not in answer.body["message"]
+            assert "/tmp" not in answer.body["message"], answer.body
+
+
+@pytest.mark.slow  # the first upload creates the schema: 4 to 5 s
+@pytest.mark.empty_database
+def test_no_home_yet_is_said_without_its_path(kb_home):
+    with serving() as server:
+        answer = server.get("/api/search?q=invoices")
+        assert answer.status == 422 and answer.body["error"] == "usage", answer.body
+        assert str(kb_home) not in answer.body["message"]
+        assert server.upload({"a.md": TEXT}).status == 201  # the first upload makes it
+        assert server.get("/api/search?q=invoices").status == 200
+    assert os.path.exists(kb_home)
+
+
+def test_an_address_in_use_is_a_usage_error(server):
+    port = server.url.rsplit(":", 1)[1]
+    process = start_kb("serve", "--port", port)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 2, stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in stderr
+
+
+ROUTES = {
+    ("GET", "/api/health"),
+    ("POST", "/api/documents"),
+    ("GET", "/api/documents/{document_id}"),
+    ("POST", "/api/documents/{document_id}/submit"),
+    ("POST", "/api/documents/{document_id}/retry"),
+    ("POST", "/api/documents/{document_id}/publish"),
+    ("GET", "/api/ingestion-tasks/{task_id}"),
+    ("DELETE", "/api/ingestion-tasks/{task_id}"),
+    ("GET", "/api/search"),
+    ("GET", "/api/events"),
+}
+
+
+def test_the_openapi_description_lists_the_documented_routes(server):
+    """/openapi.json names exactly the routes docs/interface.md's "HTTP" table lists,
+    and the table names each of them."""
+    described = server.get("/openapi.json").body
+    served = {
+        (method.upper(), path) for path, item in described["paths"].items() for method in item
+    }
+    assert served == ROUTES
+    table = Path(__file__).resolve().parents[2] / "docs" / "interface.md"
+    text = table.read_text(encoding="utf-8").split("\n## HTTP\n", 1)[1]
+    for method, path in ROUTES:
+        shown = path.replace("{document_id}", "{id}").replace("{task_id}", "{id}")
+        assert f"`{method} {shown}" in text, (method, path)
+
+
+def _events(response, count: int) -> list[dict]:
+    """The next `count` events of a Server-Sent Events stream: id, event, data."""
+    found: list[dict] = []
+    event: dict = {}
+    while len(found) < count:
+        line = response.readline().decode("utf-8")
+        assert line, "the stream ended"
+        line = line.rstrip("\n")
+        if not line:
+            if "data" in event:
+                found.append(event)
+            event = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(": ")
+            event[name] = json.loads(value) if name == "data" else value
+    return found
+
+
+def _stream(server: Client, headers: dict | None = None):
+    request = urllib.request.Request(server.url + "/api/events", headers=headers or {})
+    return urllib.request.urlopen(request, timeout=30)
+
+
+def test_events_stream_and_resume_after_the_last_id(kb_home):
+    """GET /api/events follows the lifecycle events as Server-Sent Events; reconnected
+    with Last-Event-ID it resumes after that event. The server stops cleanly (exit 0,
+    see `serving`) with a stream still open."""
+    with serving() as server:
+        with _stream(server) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            [document] = server.upload({"a.md": TEXT}).body
+            task = server.post(f"/api/documents/{document['document_id']}/submit").body
+            [queued] = _events(stream, 1)
+            assert queued["event"] == "task.queued"
+            assert queued["data"]["task_id"] == task["task_id"]
+            assert queued["id"] == str(queued["data"]["event_id"])
+            server.delete(f"/api/ingestion-tasks/{task['task_id']}")
+            [cancelled] = _events(stream, 1)
+            assert cancelled["event"] == "task.cancelled"
+        bad = server.request("GET", "/api/events", headers={"Last-Event-ID": "x"})
+        assert bad.status == 422 and bad.body["error"] == "usage"
+        resumed = _stream(server, {"Last-Event-ID": queued["id"]})
+        assert _events(resumed, 1) == [cancelled]
+    resumed.close()  # open while the server was told to stop
+
+
+@pytest.mark.slow  # the stream looks again within 5 s (services/events.py)
+def test_a_stream_ends_once_its_callers_token_is_replaced(server):
+    """The stream checks its caller at every look, with the request's own token (the
+    server has none): a replaced token ends it with an error event, audited."""
+    admin = _token("root", "--role", "admin")
+    reader = _token("rita", "--role", "viewer", token=admin)
+    with _stream(server, {"Authorization": f"Bearer {reader}"}) as stream:
+        assert run_in_process("user", "token", "rita", env=kb_env(KB_TOKEN=admin)).code == 0
+        run_in_process("upload", "--json", str(_note()), env=kb_env(KB_TOKEN=admin))  # a look
+        [ended] = _events(stream, 1)
+        assert ended["event"] == "error" and ended["data"]["error"] == "forbidden", ended
+        assert stream.readline() == b""  # and the stream ends
+
+
+def _note() -> Path:
+    path = Path("note.md")
+    path.write_bytes(TEXT)
+    return path
