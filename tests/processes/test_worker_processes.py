@@ -6,6 +6,8 @@ import json
 import signal
 import time
 
+import sqlalchemy
+
 from tests.helpers import (
     db_rows,
     kb_env,
