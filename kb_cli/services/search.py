@@ -177,10 +177,9 @@ def search(kb: Kb, request: SearchRequest) -> SearchResult:
             ranked = discount_repeats(ranked, document_of, REPEAT_DISCOUNT, reranked)
         shown = [(details[hit.chunk], hit, copies.get(hit.chunk, [])) for hit in ranked]
         result.hits = _hits(conn, shown, request.limit, query, request.context)
-        if result.mode != SearchMode.LEXICAL:
-            model_of = {base: m.embedder.model for m in models for base in m.bases}
-            for hit in result.hits:
-                hit.model = model_of.get(hit.base)
+        model_of = {base: m.embedder.model for m in models for base in m.bases}
+        for hit in result.hits:  # the model that ranked it by meaning, if one did
+            hit.model = model_of.get(hit.base) if hit.vector_rank is not None else None
         if not result.hits:
             result.nothing_because = _why_nothing(conn, scope)
         if result.mode == SearchMode.HYBRID and not any(hit.lexical_rank for hit in result.hits):
