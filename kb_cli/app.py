@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import getpass
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar, cast, overload
 
 from kb_cli import queries
 from kb_cli.clock import SYSTEM_CLOCK, Clock
@@ -39,6 +40,44 @@ from kb_cli.vectors import VectorIndex, make_vector_index
 MAX_ID_CHARS = 100
 
 
+Built = TypeVar("Built")
+
+
+class _BuiltOnce(Generic[Built]):
+    """A provider of the context, built on first use (so commands that never embed never
+    check its configuration) and then shared by every context `acting_as` makes of it:
+    `kb serve` answers each request as its own caller, with the one model it loaded. A
+    test or another provider is injected by assigning the attribute."""
+
+    def __init__(self, build: Callable[[Kb], Built]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, kb: None, owner: type) -> _BuiltOnce[Built]: ...
+    @overload
+    def __get__(self, kb: Kb, owner: type) -> Built: ...
+
+    def __get__(self, kb: Kb | None, owner: type) -> _BuiltOnce[Built] | Built:
+        if kb is None:
+            return self
+        built = kb.built
+        if self.name not in built:
+            with _BUILDING:  # two requests at once build a model once
+                if self.name not in built:
+                    built[self.name] = self.build(kb)
+        return cast(Built, built[self.name])
+
+    def __set__(self, kb: Kb, value: Built) -> None:
+        kb.built[self.name] = value
+
+
+_BUILDING = threading.RLock()
+
+
 @dataclass
 class Kb:
     settings: Settings
@@ -46,12 +85,12 @@ class Kb:
     store: ObjectStore
     actor: Actor
     clock: Clock = field(default=SYSTEM_CLOCK)
+    # What _BuiltOnce built, by name: the same dict in every context acting_as makes.
+    built: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @functools.cached_property
+    @_BuiltOnce
     def embedder(self) -> Embedder | None:
-        """The configured embedding provider (None: embeddings off). Built on first use,
-        so commands that never embed never check its configuration; a test or another
-        provider is injected by assigning this attribute."""
+        """The configured embedding provider (None: embeddings off)."""
         return make_embedder(self.settings.embeddings)
 
     def embedder_for(self, model: str | None) -> Embedder | None:
@@ -59,10 +98,13 @@ class Kb:
         base follows KB_EMBEDDINGS, the configured one above), built once a process."""
         if model is None or model == self.settings.embeddings.provider:
             return self.embedder
-        if model not in self._embedders:
-            provider = dataclasses.replace(self.settings.embeddings, provider=model)
-            self._embedders[model] = make_embedder(provider)
-        return self._embedders[model]
+        embedders = self._embedders
+        if model not in embedders:
+            with _BUILDING:
+                if model not in embedders:
+                    provider = dataclasses.replace(self.settings.embeddings, provider=model)
+                    embedders[model] = make_embedder(provider)
+        return embedders[model]
 
     def models_in(self, conn: Connection, scope: Scope) -> dict[str, list[str]]:
         """Each embedding provider of the bases in `scope`, with the bases it embeds
@@ -72,22 +114,22 @@ class Kb:
             bases_of.setdefault(model or self.settings.embeddings.provider, []).append(base)
         return bases_of
 
-    @functools.cached_property
+    @_BuiltOnce
     def _embedders(self) -> dict[str, Embedder | None]:
         return {}
 
-    @functools.cached_property
+    @_BuiltOnce
     def reranker(self) -> Reranker | None:
         """The configured reranker (None: off), built on first use like the embedder."""
         return make_reranker(self.settings.rerank)
 
     # The two indexes of search, each chosen by its package from the engine.
-    @functools.cached_property
+    @_BuiltOnce
     def lexical(self) -> LexicalIndex:
         """How search ranks published chunks by their words on this knowledge base."""
         return make_lexical_index(self.settings)
 
-    @functools.cached_property
+    @_BuiltOnce
     def vectors(self) -> VectorIndex:
         """How search finds the chunks nearest a query vector on this knowledge base, and
         what the worker, `kb doctor` and `kb reindex` keep up to date."""
@@ -118,7 +160,8 @@ class Kb:
 
     def acting_as(self, actor: Actor) -> Kb:
         """This context for the caller the guard established (the guard never mutates a
-        context: it returns the actor, and the command builds its own)."""
+        context: it returns the actor, and the command builds its own), sharing what
+        this one built."""
         return dataclasses.replace(self, actor=actor)
 
     @property

@@ -166,19 +166,37 @@ def open_as(
     on_open: Callable[[Kb], None] | None = None,
 ) -> tuple[Kb, Grant]:
     """Connect, then run the guard: the rule (the roles it needs, the base of what it
-    names) against the caller's `token` (None: KB_TOKEN). What every adapter (the
-    commands, `kb serve`) opens a knowledge base with. The context returned acts as the
-    caller the guard established. Only what puts something in a knowledge base passes
-    `create=True`; anything else is refused where there is none, and creates nothing.
-    `bases` keep the caller to those bases (None: not given); `on_open` sees the
-    context as soon as it is open (before the guard), so that its caller can close it."""
-    kept = [base for base in bases if base is not None]
-    named = [target] if rule.acts_on == Target.BASE and target is not None else []
-    kb = open_home(settings, create, [base for base in [*named, *kept] if base != DEFAULT_BASE])
+    names) against the caller's `token` (None: KB_TOKEN). What every command opens a
+    knowledge base with. The context returned acts as the caller the guard
+    established. Only what puts something in a knowledge base passes `create=True`;
+    anything else is refused where there is none, and creates nothing. `bases` keep the
+    caller to those bases (None: not given); `on_open` sees the context as soon as it
+    is open (before the guard), so that its caller can close it."""
+    kb = open_home(settings, create, named_bases(rule, target, bases))
     if on_open is not None:
         on_open(kb)
-    grant = authorize(kb, rule, target, more, kept, token)
+    return enter_as(kb, rule, target, more, bases, token)
+
+
+def enter_as(
+    kb: Kb,
+    rule: Rule,
+    target: str | None = None,
+    more: Sequence[str] = (),
+    bases: Sequence[str | None] = (),
+    token: str | None = None,
+) -> tuple[Kb, Grant]:
+    """The guard on a knowledge base already open (`kb serve` keeps one for every
+    request): the context as the caller `token` names, and what it may act on."""
+    grant = authorize(kb, rule, target, more, [base for base in bases if base is not None], token)
     return kb.acting_as(grant.actor), grant
+
+
+def named_bases(rule: Rule, target: str | None, bases: Sequence[str | None]) -> list[str]:
+    """The bases other than the default that a command names: none can exist in a
+    knowledge base not made yet."""
+    named = [target] if rule.acts_on == Target.BASE and target is not None else []
+    return [base for base in [*named, *bases] if base is not None and base != DEFAULT_BASE]
 
 
 def open_home(settings: Settings, create: bool, named: list[str]) -> Kb:
