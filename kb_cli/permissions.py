@@ -99,6 +99,10 @@ CANCEL = Rule("cancel", EDITORS, Target.TASK_OR_DOCUMENT)
 RETRY = Rule("retry", EDITORS, Target.TASK_OR_DOCUMENT)
 SEARCH = Rule("search", READERS, Target.BASE)
 EVENTS = Rule("events", READERS)
+REJECT = Rule("reject", REVIEWERS, Target.DOCUMENT)
+UNPUBLISH = Rule("unpublish", REVIEWERS, Target.DOCUMENT)
+DELETE = Rule("delete", EDITORS, Target.DOCUMENT)
+HISTORY = Rule("history", READERS, Target.TRAIL)
 
 # Names that read well in a shell: no spaces, quotes or leading dash.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -22,10 +22,12 @@ from kb_cli.errors import UsageError
 from kb_cli.lifecycle import ACTIVE_DOCUMENT_STATUSES
 from kb_cli.permissions import (
     DEFAULT_BASE,
+    DELETE,
     EDITORS,
     PUBLISH,
-    REVIEWERS,
+    REJECT,
     SUBMIT,
+    UNPUBLISH,
     UPLOAD,
     Rule,
     Target,
@@ -212,9 +214,6 @@ def publish(
         console.note("nothing to publish: no document you may publish is review_pending")
 
 
-REJECT = Rule("reject", REVIEWERS, Target.DOCUMENT)
-
-
 def reject(
     ctx: typer.Context,
     document_id: DocumentId,
@@ -239,9 +238,6 @@ def reject(
     console.print_records([record], json_out)
 
 
-UNPUBLISH = Rule("unpublish", REVIEWERS, Target.DOCUMENT)
-
-
 def unpublish(
     ctx: typer.Context,
     document_id: DocumentId,
@@ -259,7 +255,6 @@ def unpublish(
     console.print_records([record], json_out)
 
 
-DELETE = Rule("delete", EDITORS, Target.DOCUMENT)
 _LISTED_STATUSES = [str(status) for status in ACTIVE_DOCUMENT_STATUSES]
 DELETE_IN_BASE = Rule("delete", EDITORS, Target.BASE)
 

@@ -26,6 +26,7 @@ from kb_cli.lifecycle import ErrorCode, ListedDocStatus
 from kb_cli.permissions import (
     BASE_PREFIX,
     CANCEL,
+    HISTORY,
     READERS,
     RETRY,
     STATUS,
@@ -406,7 +407,6 @@ def _hint_drafts(kb, bases: tuple[str, ...]) -> None:
         console.print_drafts_waiting(len(drafts), drafts[0].document_id)
 
 
-HISTORY = Rule("history", READERS, Target.TRAIL)
 BASE_HISTORY = Rule("history", READERS, Target.BASE)
 
 

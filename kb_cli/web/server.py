@@ -1,22 +1,29 @@
 """Running the HTTP app: uvicorn on a socket kb binds itself, so that `--port 0` takes
 a free port and the caller learns which before the first request; SIGINT or SIGTERM
-stops it gracefully (requests in flight are answered, then the process exits 0)."""
+stops it gracefully (requests in flight are answered, then the process exits 0).
+Uploads are received in a scratch directory of the server's own, removed when it
+stops, and by the next server when it was killed."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
+import stat
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import uvicorn
 
 from kb_cli.config import Settings
-from kb_cli.web import routes
+from kb_cli.web import events, routes
 
 
 class _Server(uvicorn.Server):
     def __init__(
-        self, config: uvicorn.Config, on_ready: Callable[[], None], streams: routes.Streams
+        self, config: uvicorn.Config, on_ready: Callable[[], None], streams: events.Streams
     ) -> None:
         super().__init__(config)
         self.on_ready, self.streams = on_ready, streams
@@ -57,13 +64,52 @@ def serve(settings: Settings, sock: socket.socket, on_ready: Callable[[], None])
     """Answer requests on `sock` until SIGINT or SIGTERM. `on_ready` runs once the app
     is built and the signals are handled, before the first request is read (those that
     come earlier wait in the socket's backlog)."""
-    streams = routes.Streams()
-    config = uvicorn.Config(
-        routes.build(settings, streams),
-        log_config=None,  # kb says what it serves on; requests are not logged
-        access_log=False,
-        lifespan="off",
-        server_header=False,
-        timeout_graceful_shutdown=10,
-    )
-    _Server(config, on_ready, streams).run(sockets=[sock])
+    streams = events.Streams()
+    with scratch_directory() as scratch:
+        config = uvicorn.Config(
+            routes.build(settings, scratch, streams),
+            log_config=None,  # kb says what it serves on; requests are not logged
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=10,
+        )
+        _Server(config, on_ready, streams).run(sockets=[sock])
+
+
+SCRATCH_PREFIX = "kb-serve-"
+
+
+@contextlib.contextmanager
+def scratch_directory() -> Iterator[Path]:
+    """A directory of this server's own in the temporary directory, named by its
+    process id, for the uploads it receives; removed at its stop. Those of servers that
+    no longer run (killed: what they held was never stored) are removed first."""
+    for stale in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        pid = stale.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)) and _own_directory(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _own_directory(path: Path) -> bool:
+    """A directory (not a link to one) of this user: never remove anything else."""
+    try:
+        status = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid()

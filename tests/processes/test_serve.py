@@ -4,108 +4,18 @@ HTTP client (urllib), its tasks processed by a real `kb work`. The design's exam
 
 from __future__ import annotations
 
-import contextlib
 import json
-import select
-import signal
-import subprocess
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import DOC_KEYS, TASK_KEYS, kb_env, run_in_process, start_kb
+from tests.serving import Answer, Client, serving
 
 TEXT = b"# Invoices\n\nInvoices are kept for seven years. Backups run every night.\n"
-
-
-@dataclass
-class Answer:
-    status: int
-    body: object
-    headers: dict[str, str]
-
-
-class Client:
-    def __init__(self, url: str, token: str | None = None) -> None:
-        self.url, self.token = url, token
-
-    def as_(self, token: str | None) -> Client:
-        return Client(self.url, token)
-
-    def request(
-        self, method: str, path: str, body: bytes | None = None, headers: dict | None = None
-    ) -> Answer:
-        headers = dict(headers or {})
-        if self.token is not None:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(self.url + path, body, headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return Answer(
-                    response.status,
-                    json.loads(response.read()),
-                    {k.lower(): v for k, v in response.headers.items()},
-                )
-        except urllib.error.HTTPError as error:
-            return Answer(
-                error.code,
-                json.loads(error.read()),
-                {k.lower(): v for k, v in error.headers.items()},
-            )
-
-    def get(self, path: str) -> Answer:
-        return self.request("GET", path)
-
-    def post(self, path: str) -> Answer:
-        return self.request("POST", path, b"")
-
-    def delete(self, path: str) -> Answer:
-        return self.request("DELETE", path)
-
-    def upload(self, files: dict[str, bytes], base: str | None = None) -> Answer:
-        """POST /api/documents: multipart/form-data, one `files` part per file."""
-        boundary = uuid.uuid4().hex
-        parts = []
-        for name, data in files.items():
-            head = (
-                f'--{boundary}\r\nContent-Disposition: form-data; name="files"; '
-                f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'
-            )
-            parts.append(head.encode() + data + b"\r\n")
-        if base is not None:
-            field = f'--{boundary}\r\nContent-Disposition: form-data; name="base"\r\n\r\n{base}\r\n'
-            parts.append(field.encode())
-        body = b"".join(parts) + f"--{boundary}--\r\n".encode()
-        content_type = f"multipart/form-data; boundary={boundary}"
-        return self.request("POST", "/api/documents", body, {"Content-Type": content_type})
-
-
-def _first_line(process: subprocess.Popen, timeout: float = 30) -> str:
-    assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], timeout)
-    assert ready, "kb serve printed no address"
-    return process.stdout.readline()
-
-
-@contextlib.contextmanager
-def serving(**env: str) -> Iterator[Client]:
-    """`kb serve --port 0 --json` in this test's home; SIGTERM at the end, which it
-    answers by stopping cleanly (exit 0)."""
-    process = start_kb("serve", "--port", "0", "--json", env=kb_env(**env))
-    try:
-        record = json.loads(_first_line(process))
-        assert record["host"] == "127.0.0.1" and record["port"] > 0
-        yield Client(record["url"])
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 0, stderr
-    assert "Traceback" not in stderr, stderr
 
 
 @pytest.fixture
@@ -267,6 +177,13 @@ ROUTES = {
     ("DELETE", "/api/ingestion-tasks/{task_id}"),
     ("GET", "/api/search"),
     ("GET", "/api/events"),
+    ("GET", "/api/documents"),
+    ("DELETE", "/api/documents/{document_id}"),
+    ("GET", "/api/documents/{document_id}/history"),
+    ("POST", "/api/documents/{document_id}/reject"),
+    ("POST", "/api/documents/{document_id}/unpublish"),
+    ("GET", "/api/ingestion-tasks"),
+    ("GET", "/api/ingestion-tasks/{task_id}/history"),
 }
 
 
@@ -349,3 +266,100 @@ def _note() -> Path:
     path = Path("note.md")
     path.write_bytes(TEXT)
     return path
+
+
+def _json_post(client: Client, path: str, body: dict) -> Answer:
+    data = json.dumps(body).encode()
+    return client.request("POST", path, data, {"Content-Type": "application/json"})
+
+
+def test_upload_with_metadata_and_submit_then_list_by_the_status_filters(server):
+    """The upload's `meta` and `submit` fields are `kb upload --meta --submit`; the
+    listings take `kb status`'s filters."""
+    submitted = server.upload({"pay.md": TEXT}, meta=["team=finance", "year=2026"], submit="true")
+    assert submitted.status == 201, submitted.body
+    [task] = submitted.body
+    assert set(task) >= TASK_KEYS and task["status"] == "queued"
+    [draft] = server.upload({"notes.md": TEXT + b"Notes.\n"}, meta="team=hr").body
+    assert draft["status"] == "draft" and draft["meta"] == {"team": "hr"}
+
+    every = server.get("/api/documents").body
+    assert [record["filename"] for record in every] == ["notes.md", "pay.md"]
+    finance = server.get("/api/documents?where=team=finance").body
+    assert [record["document_id"] for record in finance] == [task["document_id"]]
+    assert finance[0]["meta"] == {"team": "finance", "year": "2026"}
+    assert [r["filename"] for r in server.get("/api/documents?status=draft").body] == ["notes.md"]
+    assert len(server.get("/api/documents?limit=1").body) == 1
+    queued = server.get("/api/ingestion-tasks?status=queued").body
+    assert [t["task_id"] for t in queued] == [task["task_id"]]
+    assert server.get("/api/ingestion-tasks?status=succeeded").body == []
+
+    refused = [
+        server.upload({"a.md": TEXT}, meta="no-equals"),
+        server.upload({"a.md": TEXT}, submit="perhaps"),
+        server.get("/api/documents?status=nonsense"),
+        server.get("/api/documents?where=" + "&where=".join(f"k{n}=v" for n in range(40))),
+    ]
+    assert [answer.status for answer in refused] == [422] * 4, [a.body for a in refused]
+    assert len(server.get("/api/documents").body) == 2  # nothing stored by a refused upload
+
+
+def test_review_routes_reject_unpublish_delete_and_history(server):
+    [task] = server.upload({"a.md": TEXT}, submit="true").body
+    doc = task["document_id"]
+    _work()
+    no_reason = _json_post(server, f"/api/documents/{doc}/reject", {})
+    assert no_reason.status == 422, no_reason.body
+    rejected = _json_post(server, f"/api/documents/{doc}/reject", {"reason": "wrong year"})
+    assert rejected.status == 200, rejected.body
+    assert (rejected.body["status"], rejected.body["rejected_reason"]) == ("draft", "wrong year")
+    again = _json_post(server, f"/api/documents/{doc}/reject", {"reason": "twice"})
+    assert again.status == 409 and again.body["error"] == "conflict", again.body
+
+    assert server.post(f"/api/documents/{doc}/submit").status == 202
+    _work()
+    assert server.post(f"/api/documents/{doc}/publish").status == 200
+    unpublished = server.post(f"/api/documents/{doc}/unpublish")
+    assert unpublished.status == 200 and unpublished.body["status"] == "archived"
+    assert server.get("/api/search?q=invoices").body["hits"] == []
+
+    deleted = server.delete(f"/api/documents/{doc}")
+    assert deleted.status == 200, deleted.body
+    assert (deleted.body["document_id"], deleted.body["deleted"]) == (doc, True)
+    assert server.get(f"/api/documents/{doc}").status == 404
+    assert server.delete(f"/api/documents/{doc}").status == 404
+    trail = server.get(f"/api/documents/{doc}/history")
+    assert trail.status == 200, trail.body
+    actions = [event["action"] for event in trail.body]
+    assert actions[0] == "upload" and "reject" in actions and actions[-1] == "delete", actions
+    task_trail = server.get(f"/api/ingestion-tasks/{task['task_id']}/history")
+    assert task_trail.status == 404  # its task went with the document; the trail is the document's
+
+
+def test_search_takes_every_option_of_kb_search(server):
+    [task] = server.upload({"a.md": TEXT}, meta="team=finance", submit="true").body
+    [other] = server.upload(
+        {"b.md": b"# Backups\n\nBackups run every night.\n"}, submit="true"
+    ).body
+    _work()
+    for record in (task, other):
+        assert server.post(f"/api/documents/{record['document_id']}/publish").status == 200
+
+    def hits(query: str) -> list[dict]:
+        answer = server.get("/api/search?" + query)
+        assert answer.status == 200, answer.body
+        return answer.body["hits"]
+
+    assert {hit["document_id"] for hit in hits("q=backups")} == {
+        task["document_id"],
+        other["document_id"],
+    }
+    kept = hits("q=backups&where=team=finance")
+    assert {hit["document_id"] for hit in kept} == {task["document_id"]}
+    assert server.get("/api/search?q=backups&mode=lexical").body["mode"] == "lexical"
+    assert len(hits("q=backups&per_document=true&limit=1")) == 1
+    assert hits("q=backups&context=1")[0]["text"]
+    too_many = server.get("/api/search?q=backups&limit=100000")
+    assert too_many.status == 422 and "--limit" in too_many.body["message"], too_many.body
+    wide = server.get("/api/search?q=backups&context=11")
+    assert wide.status == 422, wide.body
