@@ -108,15 +108,20 @@ def _error_response(error: KbError, hidden: tuple[str, ...]) -> JSONResponse:
     )
 
 
+# Each route returns its records as they are (response_model=None): a response model
+# would validate them again on the thread pool, queued behind every request waiting
+# there (200 searches at once answered only at the end of the burst).
+
+
 def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
     settings = home.settings
 
-    @app.get("/api/health")
+    @app.get("/api/health", response_model=None)
     def health() -> dict[str, Any]:
         """The server answers. Asks no token and reads no database."""
         return {"status": "ok", "version": __version__}
 
-    @app.post("/api/documents", status_code=201)
+    @app.post("/api/documents", status_code=201, response_model=None)
     async def upload(request: Request) -> JSONResponse:
         """`kb upload`: multipart field `files` (repeat it for several); optional fields
         `base`, `meta` (KEY=VALUE, repeatable) and `submit` (true: each document is
@@ -127,7 +132,7 @@ def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
             records = await run_in_threadpool(_upload, home, request, asked)
         return JSONResponse(records, status_code=201)
 
-    @app.get("/api/documents")
+    @app.get("/api/documents", response_model=None)
     def documents_listed(
         request: Request,
         base: list[str] | None = BASES,
@@ -142,7 +147,7 @@ def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
             for record in _listed(home, request, base, status, error_code, where, limit)
         ]
 
-    @app.get("/api/documents/{document_id}")
+    @app.get("/api/documents/{document_id}", response_model=None)
     def document(document_id: str, request: Request) -> dict[str, Any]:
         """`kb status DOCUMENT_ID`: the document record."""
         from kb_cli.services import tasks
@@ -150,7 +155,7 @@ def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
         with guarded(home, request, STATUS, document_id, kind="documents") as (kb, grant):
             return tasks.get_record(kb, grant.full_id, grant.kind).to_dict()
 
-    @app.post("/api/documents/{document_id}/submit", status_code=202)
+    @app.post("/api/documents/{document_id}/submit", status_code=202, response_model=None)
     def submit(document_id: str, request: Request) -> dict[str, Any]:
         """`kb submit`: 202 with the queued task's record; `kb work` processes it."""
         from kb_cli.services import documents
@@ -158,7 +163,7 @@ def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
         with guarded(home, request, SUBMIT, document_id) as (kb, grant):
             return documents.submit_document(kb, grant.full_id).to_dict()
 
-    @app.post("/api/documents/{document_id}/retry")
+    @app.post("/api/documents/{document_id}/retry", response_model=None)
     def retry(document_id: str, request: Request) -> dict[str, Any]:
         """`kb retry DOCUMENT_ID`: its failed task queued again; 409 unless it failed."""
         from kb_cli.services import tasks
@@ -166,7 +171,7 @@ def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
         with guarded(home, request, RETRY, document_id, kind="documents") as (kb, grant):
             return tasks.retry_task(kb, grant.full_id, grant.kind).to_dict()
 
-    @app.delete("/api/documents/{document_id}")
+    @app.delete("/api/documents/{document_id}", response_model=None)
     def delete(document_id: str, request: Request) -> dict[str, Any]:
         """`kb delete DOCUMENT_ID --yes`: the document with its revisions, chunks, tasks
         and stored file (a running task is cancelled first); its trail stays."""
@@ -176,7 +181,7 @@ def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
             [deleted] = removal.delete(kb, removal.plan(kb, [grant.full_id]))
             return deleted.to_dict()
 
-    @app.get("/api/documents/{document_id}/history")
+    @app.get("/api/documents/{document_id}/history", response_model=None)
     def document_history(document_id: str, request: Request) -> Records:
         """`kb history DOCUMENT_ID`: its audit trail with its tasks', oldest first (a
         deleted document's too)."""
@@ -184,7 +189,7 @@ def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
 
 
 def _review_routes(app: FastAPI, home: Home) -> None:
-    @app.post("/api/documents/{document_id}/publish")
+    @app.post("/api/documents/{document_id}/publish", response_model=None)
     def publish(
         document_id: str,
         request: Request,
@@ -196,7 +201,7 @@ def _review_routes(app: FastAPI, home: Home) -> None:
         with guarded(home, request, PUBLISH, document_id) as (kb, grant):
             return documents.publish_document(kb, grant.full_id, if_version).to_dict()
 
-    @app.post("/api/documents/{document_id}/reject")
+    @app.post("/api/documents/{document_id}/reject", response_model=None)
     def reject(
         document_id: str,
         request: Request,
@@ -208,7 +213,7 @@ def _review_routes(app: FastAPI, home: Home) -> None:
         with guarded(home, request, REJECT, document_id) as (kb, grant):
             return review.reject_document(kb, grant.full_id, reason).to_dict()
 
-    @app.post("/api/documents/{document_id}/unpublish")
+    @app.post("/api/documents/{document_id}/unpublish", response_model=None)
     def unpublish(document_id: str, request: Request) -> dict[str, Any]:
         """`kb unpublish`: search stops serving it at once; the document's record."""
         from kb_cli.services import review
@@ -218,7 +223,7 @@ def _review_routes(app: FastAPI, home: Home) -> None:
 
 
 def _task_routes(app: FastAPI, home: Home) -> None:
-    @app.get("/api/ingestion-tasks")
+    @app.get("/api/ingestion-tasks", response_model=None)
     def tasks_listed(
         request: Request,
         base: list[str] | None = BASES,
@@ -238,7 +243,7 @@ def _task_routes(app: FastAPI, home: Home) -> None:
         ]
         return [task.to_dict() for task in latest[:limit]]
 
-    @app.get("/api/ingestion-tasks/{task_id}")
+    @app.get("/api/ingestion-tasks/{task_id}", response_model=None)
     def task(task_id: str, request: Request) -> dict[str, Any]:
         """`kb status TASK_ID`: the task record."""
         from kb_cli.services import tasks
@@ -246,7 +251,7 @@ def _task_routes(app: FastAPI, home: Home) -> None:
         with guarded(home, request, STATUS, task_id, kind="tasks") as (kb, grant):
             return tasks.get_record(kb, grant.full_id, grant.kind).to_dict()
 
-    @app.delete("/api/ingestion-tasks/{task_id}")
+    @app.delete("/api/ingestion-tasks/{task_id}", response_model=None)
     def cancel(task_id: str, request: Request) -> dict[str, Any]:
         """`kb cancel`: the cancelled task's record; 409 when it is not cancellable."""
         from kb_cli.services import tasks
@@ -254,14 +259,14 @@ def _task_routes(app: FastAPI, home: Home) -> None:
         with guarded(home, request, CANCEL, task_id, kind="tasks") as (kb, grant):
             return tasks.cancel_task(kb, grant.full_id, grant.kind).to_dict()
 
-    @app.get("/api/ingestion-tasks/{task_id}/history")
+    @app.get("/api/ingestion-tasks/{task_id}/history", response_model=None)
     def task_history(task_id: str, request: Request) -> Records:
         """`kb history TASK_ID`: the task's audit trail, oldest first."""
         return _history(home, request, task_id, ("tasks",))
 
 
 def _search_route(app: FastAPI, home: Home) -> None:
-    @app.get("/api/search")
+    @app.get("/api/search", response_model=None)
     def search(
         request: Request,
         q: str = Query(..., description="The question or words, as `kb search QUERY`."),

@@ -49,7 +49,10 @@ def listen(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free one); an address in use or not
     this host's is the caller's to report."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only
+    # on sockets that say so, and without it every answer, whose body uvicorn sends
+    # after its head, waited 40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DOC_KEYS, TASK_KEYS, kb_env, run_in_process, start_kb
+from tests.helpers import DOC_KEYS, TASK_KEYS, kb_env, run_in_process, start_kb, write_lock_held
 from tests.serving import Answer, Client, serving
 
 TEXT = b"# Invoices\n\nInvoices are kept for seven years. Backups run every night.\n"
@@ -363,3 +363,30 @@ def test_search_takes_every_option_of_kb_search(server):
     assert too_many.status == 422 and "--limit" in too_many.body["message"], too_many.body
     wide = server.get("/api/search?q=backups&context=11")
     assert wide.status == 422, wide.body
+
+
+def test_a_busy_database_is_503_with_retry_after(kb_home):
+    """A write that waits past KB_BUSY_TIMEOUT for another's lock is `busy`: 503 and
+    Retry-After, safe to send again; once the lock is gone the same request succeeds."""
+    with serving(KB_BUSY_TIMEOUT="0.3") as server:
+        [task] = server.upload({"a.md": TEXT}, submit="true").body
+        with write_lock_held(task["task_id"]):
+            busy = server.delete(f"/api/ingestion-tasks/{task['task_id']}")
+        assert busy.status == 503 and busy.body["error"] == "busy", busy.body
+        assert busy.headers["retry-after"] == "1"
+        again = server.delete(f"/api/ingestion-tasks/{task['task_id']}")
+        assert again.status == 200 and again.body["status"] == "cancelled", again.body
+
+
+def test_a_request_head_of_a_megabyte_is_refused_before_kb_reads_it(server):
+    """A head that one read does not bring whole is refused by h11 past 16 KiB: 400,
+    or the connection closed while the client still sends; the server goes on."""
+    try:
+        urllib.request.urlopen(server.url + "/api/search?q=" + "a" * 1_000_000, timeout=30)
+        refused = 200
+    except urllib.error.HTTPError as error:
+        refused = error.code
+    except (ConnectionError, urllib.error.URLError):
+        refused = 400
+    assert refused == 400
+    assert server.get("/api/health").status == 200
