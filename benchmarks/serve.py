@@ -16,7 +16,8 @@ default search mode (hybrid where the chunks have vectors), 10 hits:
   is no dependency of kb), one request at a time, after a warm-up. The two are
   interleaved question by question (which goes first alternates), so that both see the
   same load; the ratio is server p50 / in-process p50. The server's hits are compared
-  with the in-process ones (document and chunk, in order);
+  with the in-process ones (document and chunk, in order), and `GET /api/health` (no
+  database) is timed on the same connection: the HTTP floor;
 - as processes: `kb search QUERY --json`, a whole process per question (fewer);
 - 200 concurrent searches: 200 threads, each with its own connection opened first,
   released at once (200 requests in flight): answers other than 200, client errors
@@ -144,7 +145,9 @@ class Server:
         return http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT)
 
     def state(self) -> dict:
-        """Open files, threads and memory of the server process, from /proc."""
+        """Open files, threads and memory of the server process, from /proc (a second
+        after the last answer: connections the clients closed are closed by then)."""
+        time.sleep(1.0)
         pid = self.process.pid
         status = dict(
             line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -190,6 +193,7 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     return {
         "p50_ms": statistics.median(ordered) * 1000,
         "p95_ms": p95 * 1000,
+        "min_ms": ordered[0] * 1000,
         "max_ms": ordered[-1] * 1000,
         "n": len(ordered),
     }
@@ -236,6 +240,13 @@ def sequential(kb, server: Server, asked: list[str], warmup: int) -> dict:
                     theirs = hits_of(json.loads(body)["hits"])
         if theirs is not None and theirs != mine:
             differ += 1
+    health = []  # the HTTP floor: a route that reads no database
+    for _ in range(len(asked)):
+        started = time.perf_counter()
+        conn.request("GET", "/api/health")
+        response = conn.getresponse()
+        response.read()
+        health.append(time.perf_counter() - started)
     conn.close()
     i, s = percentiles(inproc), percentiles(served)
     return {
@@ -243,6 +254,7 @@ def sequential(kb, server: Server, asked: list[str], warmup: int) -> dict:
         "server": s,
         "ratio_p50": s["p50_ms"] / i["p50_ms"],
         "ratio_p95": s["p95_ms"] / i["p95_ms"],
+        "health": percentiles(health),
         "hits_differ": differ,
         "failed": failed,
     }
@@ -477,7 +489,7 @@ def run(args) -> dict:
 
 def report(r: dict) -> str:
     s = r["sequential"]
-    i, v, p = s["in_process"], s["server"], r["processes"]
+    i, v, p, h = s["in_process"], s["server"], r["processes"], s["health"]
     lines = [
         f"{r['home']}: {r['chunks']:,} published chunks, {r['questions']} questions, "
         f"default mode, limit {LIMIT}; load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}",
@@ -488,6 +500,8 @@ def report(r: dict) -> str:
         f"{i['p95_ms']:.1f} | {i['n']} | 1.00x |",
         f"| through `kb serve` (one keep-alive connection) | {v['p50_ms']:.1f} | "
         f"{v['p95_ms']:.1f} | {v['n']} | **{s['ratio_p50']:.2f}x** |",
+        f"| `GET /api/health` through `kb serve` (no database: the HTTP floor) | "
+        f"{h['p50_ms']:.1f} | {h['p95_ms']:.1f} | {h['n']} | |",
         f"| `kb search --json` processes | {p['p50_ms']:.0f} | {p['p95_ms']:.0f} | {p['n']} | "
         f"{p['p50_ms'] / i['p50_ms']:.1f}x |",
         "",
@@ -495,7 +509,7 @@ def report(r: dict) -> str:
         f"non-200 answers: {len(s['failed'])}.",
         "",
         "| concurrent | requests | ok | other answers | client errors | wall s | "
-        "latency p50 / p95 / max ms |",
+        "latency min / p50 / p95 / max ms |",
         "| --- | ---: | ---: | --- | ---: | ---: | --- |",
     ]
     for name, key in (
@@ -509,7 +523,12 @@ def report(r: dict) -> str:
         lines.append(
             f"| {name} | {c['requests']} | {c['ok']} | {other or '-'} | {c['client_errors']} | "
             f"{c['wall_s']:.2f} | "
-            + (f"{lat['p50_ms']:.0f} / {lat['p95_ms']:.0f} / {lat['max_ms']:.0f}" if lat else "-")
+            + (
+                f"{lat['min_ms']:.0f} / {lat['p50_ms']:.0f} / {lat['p95_ms']:.0f} / "
+                f"{lat['max_ms']:.0f}"
+                if lat
+                else "-"
+            )
             + " |"
         )
     u = r["concurrent_uploads"]
