@@ -6,6 +6,8 @@ failure says only its class, and the home's path is taken out of every message."
 
 from __future__ import annotations
 
+import re
+
 from kb_cli.errors import (
     BusyError,
     DocumentTooLarge,
@@ -59,13 +61,27 @@ def body_of(error: KbError, hidden: tuple[str, ...] = ()) -> dict[str, str]:
     `hidden` (the home, the upload's scratch directory)."""
     if isinstance(error, NoKnowledgeBaseYet):  # its message names the home's path
         return {"error": error.code, "message": NO_HOME}
-    message = error.message
+    message = _in_http_terms(error.message)
     if isinstance(error, TokenMissing):
         message = "forbidden: no token: send Authorization: Bearer <token>"
     for path in hidden:
         if path:
             message = message.replace(path, "…")
     return {"error": error.code, "message": message}
+
+
+# The options a route takes as parameters of the same name: a message that names
+# `--limit` names `limit` over HTTP. Other options in a message are a command's (a hint
+# to run `kb work --drain`, say), and stay as they are.
+_PARAMETERS = re.compile(
+    r"(?<![\w-])--(limit|context|where|meta|reason|since|mode|per-document|if-version"
+    r"|status|error-code|base)\b"
+)
+
+
+def _in_http_terms(message: str) -> str:
+    message = message.replace("KB_TOKEN", "the bearer token")
+    return _PARAMETERS.sub(lambda named: named.group(1).replace("-", "_"), message)
 
 
 def unexpected(error: BaseException) -> dict[str, str]:

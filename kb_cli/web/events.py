@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import StreamingResponse
 
+from kb_cli.config import LARGEST_INTEGER
 from kb_cli.errors import KbError, UsageError
 from kb_cli.permissions import EVENTS
 from kb_cli.web import errors
@@ -46,9 +47,11 @@ def add_route(app: FastAPI, home: Home, hidden: tuple[str, ...], streams: Stream
         `event: error` with the error body, and the end of the stream."""
         last = request.headers.get("last-event-id")
         if last is not None:
-            if not last.strip().isdigit():
+            if not last.strip().isdigit() or len(last.strip()) > 19:
                 raise UsageError("Last-Event-ID is an event id: a whole number")
             since = int(last)
+        if since > LARGEST_INTEGER:  # refused before the stream starts, not in it
+            raise UsageError(f"since is an event id, from 0 to {LARGEST_INTEGER}")
         bases = tuple(base or ())
         stop, events = threading.Event(), asyncio.Queue[Any]()
         loop = asyncio.get_running_loop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from starlette.requests import Request
 
@@ -19,28 +20,58 @@ from kb_cli.services.access import Grant
 
 class Home:
     """The knowledge base every request is answered from: opened by the first request
-    that finds it (or the first upload, which makes it) and kept until the server stops,
-    so that its connections, its vector index and its embedding models are made once,
-    not per request. Each request acts in it as its own caller (`access.enter_as`)."""
+    that finds it (or the first upload, which makes it) and kept, so that its
+    connections, its vector index and its embedding models are made once, not per
+    request. Each request acts in it as its own caller (`access.enter_as`).
+
+    A SQLite home is checked at every request: when its database file is gone or is
+    another file (the home deleted, restored from a backup, moved), the kept one is
+    dropped and the home opened again as a command would open it, so that no request
+    reads or writes a database nobody else sees any more."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._kb: Kb | None = None
+        self._identity: tuple[int, int] | None = None
         self._opening = threading.Lock()
+        self._file = self._database_file(settings)
 
     def open(self, rule: Rule, target: str | None, create: bool, bases: Sequence[str | None]) -> Kb:
-        if self._kb is None:
-            with self._opening:
-                if self._kb is None:
-                    named = access.named_bases(rule, target, bases)
-                    self._kb = access.open_home(self.settings, create, named)
-        return self._kb
+        kept = self._kb
+        if kept is not None and self._identity == self._current_identity():
+            return kept
+        with self._opening:
+            if self._kb is None or self._identity != self._current_identity():
+                self._kb = None  # its connections close as each thread's are collected
+                named = access.named_bases(rule, target, bases)
+                self._kb = access.open_home(self.settings, create, named)
+                self._identity = self._current_identity()
+            return self._kb
 
     def close_thread(self) -> None:
         """This thread's connections, at the end of a thread of its own (an event
         stream's); the pool's threads keep theirs for the next request."""
         if self._kb is not None:
             self._kb.db.close()
+
+    @staticmethod
+    def _database_file(settings: Settings) -> Path | None:
+        if not settings.is_sqlite:
+            return None
+        from kb_cli.engines.sqlite import database_path
+
+        return Path(database_path(settings.database_url))
+
+    def _current_identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the SQLite database file; None when it is missing, and on
+        PostgreSQL, whose database is the server's to keep."""
+        if self._file is None:
+            return None
+        try:
+            status = self._file.stat()
+        except OSError:
+            return None
+        return status.st_dev, status.st_ino
 
 
 def token_of(request: Request) -> str:

@@ -8,7 +8,9 @@ itself, and the event stream follows on a thread of its own (web/events.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from starlette.types import ASGIApp
 
 from kb_cli import __version__
 from kb_cli.config import Settings
-from kb_cli.errors import KbError, ObjectTooLarge
+from kb_cli.errors import KbError, NoKnowledgeBaseYet, ObjectTooLarge
 from kb_cli.lifecycle import ErrorCode, ListedDocStatus, TaskStatus
 from kb_cli.permissions import (
     CANCEL,
@@ -84,10 +86,10 @@ def _errors(app: FastAPI, hidden: tuple[str, ...]) -> None:
     async def http_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, HTTPException)
         detail = str(error.detail) if error.status_code != 404 else "no such route"
+        # A body FastAPI could not parse (400) is a malformed request: `usage`, 422.
+        status = 422 if error.status_code == 400 else error.status_code
         return JSONResponse(
-            errors.for_status(error.status_code, detail),
-            status_code=error.status_code,
-            headers=error.headers,
+            errors.for_status(status, detail), status_code=status, headers=error.headers
         )
 
     async def crashed(request: Request, error: Exception) -> JSONResponse:
@@ -127,8 +129,9 @@ def _document_routes(app: FastAPI, home: Home, scratch: Path) -> None:
         `base`, `meta` (KEY=VALUE, repeatable) and `submit` (true: each document is
         submitted too, and its task record answered instead). 201 with one record per
         file; every file is checked before any is stored."""
-        with tempfile.TemporaryDirectory(dir=scratch) as received:
-            asked = await uploads.received(request, Path(received), settings.max_upload_bytes)
+        await run_in_threadpool(_may_upload, home, request)
+        with received_in(scratch) as directory:
+            asked = await uploads.received(request, directory, settings.max_upload_bytes)
             records = await run_in_threadpool(_upload, home, request, asked)
         return JSONResponse(records, status_code=201)
 
@@ -328,6 +331,18 @@ def _history(home: Home, request: Request, entity_id: str, kinds: tuple[str, ...
         return [event.to_dict() for event in history(kb, grant.full_id, grant.kind)]
 
 
+def _may_upload(home: Home, request: Request) -> None:
+    """The caller's role, before the body is read: a caller who may not upload is
+    refused at once, not after sending its files (the base it names is checked once
+    the form is read). Nothing to check where there is no knowledge base yet: the first
+    upload makes it, in open mode."""
+    try:
+        with guarded(home, request, UPLOAD):
+            pass
+    except NoKnowledgeBaseYet:
+        pass
+
+
 def _upload(home: Home, request: Request, asked: uploads.Upload) -> Records:
     from kb_cli.services import documents
 
@@ -337,3 +352,14 @@ def _upload(home: Home, request: Request, asked: uploads.Upload) -> Records:
             kb, asked.paths, submit=asked.submit, base=asked.base, meta=asked.meta, checked=checked
         )
     return [record.to_dict() for record in uploaded.records]
+
+
+@contextlib.contextmanager
+def received_in(scratch: Path) -> Iterator[Path]:
+    """A directory of this request's own in the server's scratch, removed when it is
+    answered; the scratch made again if something removed it (a cleaner of the
+    temporary directory, or a server of another process namespace that took this one
+    for dead)."""
+    scratch.mkdir(mode=0o700, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as directory:
+        yield Path(directory)

@@ -90,7 +90,7 @@ def scratch_directory() -> Iterator[Path]:
     no longer run (killed: what they held was never stored) are removed first."""
     for stale in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         pid = stale.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not _running(int(pid)) and _own_directory(stale):
+        if pid.isdigit() and _own_directory(stale) and not _running(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     try:
@@ -100,9 +100,12 @@ def scratch_directory() -> Iterator[Path]:
 
 
 def _running(pid: int) -> bool:
+    """Whether `pid` is a process this one can see (of this process namespace: a server
+    in another namespace that shares the directory makes its scratch again, see
+    routes.received_in)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # none, or a number no process has
         return False
     except PermissionError:  # another user's process
         return True

@@ -23,6 +23,7 @@ MAX_FILES = 100  # files of one upload request
 MAX_FIELDS = 40  # base, submit, and a meta field for each key a document may have
 FORM_OVERHEAD_BYTES = 1024 * 1024  # the multipart framing and the small fields around the files
 CHUNK_BYTES = 1024 * 1024
+MAX_NAME_BYTES = 255  # a file name on the file systems kb runs on
 _YES, _NO = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 
 
@@ -62,9 +63,7 @@ async def received(request: Request, scratch: Path, limit: int) -> Upload:
         for n, upload in enumerate(uploads):
             if not isinstance(upload, UploadFile):
                 raise UsageError("the field files takes files, not text")
-            name = PurePosixPath((upload.filename or "").replace("\\", "/")).name
-            if name in ("", ".", ".."):
-                raise UsageError("every file needs a file name")
+            name = _file_name(upload.filename)
             path = scratch / str(n) / name
             path.parent.mkdir()
             await _copy(upload, path, limit)
@@ -72,6 +71,17 @@ async def received(request: Request, scratch: Path, limit: int) -> Upload:
         return Upload(paths, base, meta, submit)
     finally:
         await form.close()
+
+
+def _file_name(sent: str | None) -> str:
+    """The last part of the name a client sent (no directory of it: a name is only a
+    name), one a file system can hold."""
+    name = PurePosixPath((sent or "").replace("\\", "/")).name
+    if name in ("", ".", ".."):
+        raise UsageError("every file needs a file name")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or "\x00" in name:
+        raise UsageError(f"a file name is at most {MAX_NAME_BYTES} bytes, without NUL")
+    return name
 
 
 def _text(value: object, field: str) -> str:

@@ -4,15 +4,27 @@ HTTP client (urllib), its tasks processed by a real `kb work`. The design's exam
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import shutil
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-from tests.helpers import DOC_KEYS, TASK_KEYS, kb_env, run_in_process, start_kb, write_lock_held
+from tests.helpers import (
+    DOC_KEYS,
+    TASK_KEYS,
+    kb_env,
+    run_in_process,
+    sqlite_only,
+    start_kb,
+    write_lock_held,
+)
 from tests.serving import Answer, Client, serving
 
 TEXT = b"# Invoices\n\nInvoices are kept for seven years. Backups run every night.\n"
@@ -360,7 +372,8 @@ def test_search_takes_every_option_of_kb_search(server):
     assert len(hits("q=backups&per_document=true&limit=1")) == 1
     assert hits("q=backups&context=1")[0]["text"]
     too_many = server.get("/api/search?q=backups&limit=100000")
-    assert too_many.status == 422 and "--limit" in too_many.body["message"], too_many.body
+    assert too_many.status == 422, too_many.body
+    assert too_many.body["message"].startswith("limit must be"), too_many.body
     wide = server.get("/api/search?q=backups&context=11")
     assert wide.status == 422, wide.body
 
@@ -390,3 +403,101 @@ def test_a_request_head_of_a_megabyte_is_refused_before_kb_reads_it(server):
         refused = 400
     assert refused == 400
     assert server.get("/api/health").status == 200
+
+
+def test_two_callers_at_once_each_see_only_their_own_base(server):
+    """Requests of two callers interleaved on the server's threads, over every route
+    that lists or reads: neither ever sees the other's base (the server's one knowledge
+    base is entered per request as its caller)."""
+    admin = _token("root", "--role", "admin")
+    as_admin = kb_env(KB_TOKEN=admin)
+    ids = {}
+    for team in ("hr", "eng"):
+        assert run_in_process("base", "create", team, "--team", team, env=as_admin).code == 0
+        text = f"# {team} handbook\n\nInvoices of {team} are kept for seven years.\n".encode()
+        [task] = server.as_(admin).upload({f"{team}.md": text}, base=team, submit="true").body
+        ids[team] = task["document_id"]
+    assert run_in_process("work", "--drain", env=as_admin).code == 0
+    for doc in ids.values():
+        assert server.as_(admin).post(f"/api/documents/{doc}/publish").status == 200
+    readers = {
+        team: server.as_(_token(f"{team}-reader", "--role", "viewer", "--team", team, token=admin))
+        for team in ("hr", "eng")
+    }
+
+    def seen(team: str) -> set[str]:
+        client, other = readers[team], ids["eng" if team == "hr" else "hr"]
+        found = {record["document_id"] for record in client.get("/api/documents").body}
+        found |= {task["document_id"] for task in client.get("/api/ingestion-tasks").body}
+        answer = client.get("/api/search?q=invoices+kept+seven+years")
+        found |= {hit["document_id"] for hit in answer.body["hits"]}
+        for path in (f"/api/documents/{other}", f"/api/documents/{other}/history"):
+            assert client.get(path).status == 404, path
+        return found
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        asked = [pool.submit(seen, team) for _ in range(8) for team in ("hr", "eng")]
+        answers = [future.result() for future in asked]
+    assert answers == [{ids["hr"]}, {ids["eng"]}] * 8
+
+
+@sqlite_only
+def test_a_home_deleted_while_serving_is_opened_again_not_written_blind(kb_home):
+    """The server keeps its knowledge base open; when its database file goes (the home
+    deleted), reads say there is none and the next upload makes a new one that every
+    command sees, instead of writing to the deleted file."""
+    with serving() as server:
+        assert server.upload({"a.md": TEXT}).status == 201
+        shutil.rmtree(kb_home)
+        gone = server.get("/api/documents")
+        assert gone.status == 422 and "no knowledge base yet" in gone.body["message"]
+        assert server.upload({"b.md": TEXT}).status == 201
+        listed = [record["filename"] for record in server.get("/api/documents").body]
+        assert listed == ["b.md"]
+    assert [r["filename"] for r in run_in_process("status", "--json").records] == ["b.md"]
+
+
+def test_scratch_trouble_never_stops_uploads(kb_home, tmp_path):
+    """A directory named like a server's scratch with no process behind it (even a pid
+    no process can have) is no obstacle at start; the server's own scratch removed by a
+    cleaner is made again at the next upload."""
+    root = tmp_path / "tmp"
+    (root / "kb-serve-99999999999999999999-x").mkdir(parents=True)
+    with serving(TMPDIR=str(root)) as server:
+        [own] = root.glob(f"kb-serve-{server.process.pid}-*")
+        shutil.rmtree(own)
+        assert server.upload({"a.md": TEXT}).status == 201
+    assert not list(root.glob("kb-serve-*"))
+
+
+def test_bad_names_bodies_and_event_ids_are_422(server):
+    answers = [
+        server.upload({"n" * 300 + ".md": TEXT}),
+        server.get(f"/api/events?since={2**63}"),
+        server.request("GET", "/api/events", headers={"Last-Event-ID": "9" * 30}),
+        server.request(
+            "POST",
+            "/api/documents/abcdef/reject",
+            b"[" * 100_000,
+            {"Content-Type": "application/json"},
+        ),
+    ]
+    assert [answer.status for answer in answers] == [422] * 4, [a.body for a in answers]
+    assert all(answer.body["error"] == "usage" for answer in answers), [a.body for a in answers]
+    assert answers[1].body["message"].startswith("since is an event id")
+
+
+def test_an_upload_is_refused_before_its_body_is_read(server):
+    """Once users exist, an upload without a token is answered 401 while its body is
+    still being sent: the caller is checked first."""
+    _token("root", "--role", "admin")
+    where = urlsplit(server.url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        head = (
+            f"POST /api/documents HTTP/1.1\r\nHost: {where.netloc}\r\n"
+            "Content-Type: multipart/form-data; boundary=x\r\n"
+            f"Content-Length: {100 * 1024 * 1024}\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b"--x\r\n" + b"a" * 65536)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]

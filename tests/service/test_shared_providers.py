@@ -19,7 +19,10 @@ def test_a_callers_context_shares_what_either_built(kb: Kb):
     assert first.vectors is kb.vectors and first.lexical is kb.lexical
     other = first.embedder_for("multilingual")
     assert kb.embedder_for("multilingual") is other is not embedder
+    # What depends on the caller is never shared: each context's scope is its own.
     assert (first.actor.name, kb.actor.name) == ("ann", "tester")
+    assert first.scope == Actor("ann", Role.VIEWER).scope()
+    assert kb.acting_as(Actor("root", Role.ADMIN)).scope != first.scope
 
 
 def test_requests_at_once_build_a_model_once(kb: Kb, monkeypatch):
