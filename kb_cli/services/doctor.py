@@ -43,6 +43,8 @@ class DoctorReport:
     # What would make the knowledge base better without anything being wrong (no
     # problem: the exit code stays 0).
     notes: list[str] = field(default_factory=list)
+    # Which index ranks the words (LexicalIndex.kind): fts5, pg_textsearch or gin.
+    words_index: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -53,6 +55,7 @@ class DoctorReport:
             "ok": self.ok,
             "problems": [asdict(problem) for problem in self.problems],
             "repaired": [asdict(fix) for fix in self.repaired],
+            "words_index": self.words_index,
         } | ({"notes": self.notes} if self.notes else {})
 
 
@@ -73,7 +76,11 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         referenced = queries.object_keys(conn)
         waiting = {row.object_key: row for row in queries.pending_objects(conn)}
         database_id = queries.database_id(conn)
-        notes = kb.vectors.notes(conn)
+        notes = kb.vectors.notes(conn) + kb.lexical.notes(conn)
+        words_index = kb.lexical.kind(conn)
+        found += [
+            Problem("lexical_index", words_index, detail) for detail in kb.lexical.problems(conn)
+        ]
         model_problems, model_notes = _models(kb, conn)
     found += model_problems
     notes += model_notes
@@ -85,7 +92,7 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         found += _changed_objects(kb, present)
     if repair and any(problem.kind == "orphan_object" for problem in found):
         _require_own_store(kb, database_id, referenced)
-    report = DoctorReport(notes=notes)
+    report = DoctorReport(notes=notes, words_index=words_index)
     for problem in found:
         if repair and _repair(kb, problem):
             report.repaired.append(problem)
@@ -452,9 +459,12 @@ def _rebuild_vector_index(kb: Kb, problem: Problem) -> bool:
 
 def _repair(kb: Kb, problem: Problem) -> bool:
     """Fix what cannot lose data: orphans (quarantined), stray chunks, dead workers'
-    tasks, a vector index (derived from the database)."""
+    tasks, a vector or words index (derived from the database)."""
     if problem.kind == "vector_index":
         return _rebuild_vector_index(kb, problem)
+    if problem.kind == "lexical_index":
+        kb.lexical.rebuild(kb.db)
+        return True
     if problem.kind == "orphan_object":
         kb.store.quarantine(problem.id)
         return True

@@ -1,7 +1,8 @@
-"""A PostgreSQL server without pgvector (Debian's, as .ci/postgres.sh starts it with
-KB_TEST_POSTGRES_SERVER=debian): the schema's pgvector migration makes nothing, search
-by meaning scans every vector as before, and `kb doctor` says how to get the index
-without counting it as a problem."""
+"""A PostgreSQL server without extensions (Debian's, as .ci/postgres.sh starts it with
+KB_TEST_POSTGRES_SERVER=debian: no pgvector, no pg_textsearch): the schema's pgvector and
+BM25 migrations make nothing, search by meaning scans every vector and the words are
+ranked from the GIN index, as before, and `kb doctor` says how to get both indexes
+without counting either as a problem."""
 
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ def test_without_pgvector_search_scans_and_doctor_says_how_to_get_the_index(tmp_
         kb("publish", "--all-reviewed")
         hits = kb("search", "how long does ingestion of a file take", "--mode", "vector", "--json")
         assert hits.records and {hit["filename"] for hit in hits.records} == {"faq.txt"}
+        hits = kb("search", "how long does ingestion of a file take", "--mode", "lexical", "--json")
+        assert {hit["filename"] for hit in hits.records} == {"faq.txt"}
         doctor = kb("doctor", "--json").record
         assert doctor["ok"] is True and doctor["problems"] == []
-        [note] = doctor["notes"]
-        assert "install pgvector" in note and "kb db upgrade" in note
+        assert doctor["words_index"] == "gin"
+        vectors, words = doctor["notes"]
+        assert "install pgvector" in vectors and "kb db upgrade" in vectors
+        assert "install pg_textsearch" in words and "shared_preload_libraries" in words

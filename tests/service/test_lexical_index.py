@@ -1,6 +1,8 @@
-"""PostgreSQL's lexical ranking from its index (migration 0015): the per-base chunk
-counts stay in step with every write, and the rarest-words-first ranking is the full
-BM25 ranking, except where it says it is not (a question of common words only)."""
+"""PostgreSQL's lexical ranking from its indexes: the per-base chunk counts (migration
+0015) stay in step with every write; from the GIN index, the rarest-words-first ranking
+is the full BM25 ranking, except where it says it is not (a question of common words
+only); from pg_textsearch's BM25 index (migration 0020, where the server has it), the
+candidates it proposes, re-scored on the scope, are the full ranking too."""
 
 from __future__ import annotations
 
@@ -99,6 +101,31 @@ def _ranked(kb: Kb, question: str, scope: Scope) -> list[tuple[int, float]]:
         return kb.lexical.ranking(conn, query.terms, query.phrases, DEPTH, scope)
 
 
+GIN_ONLY = "SELECT false"  # as a server without pg_textsearch answers
+
+
+@pytest.fixture
+def gin_index(monkeypatch):
+    """The words ranking of a server without pg_textsearch: from the GIN index."""
+    monkeypatch.setattr(tsvector, "_HAS_BM25_INDEX", GIN_ONLY)
+
+
+@pytest.fixture(params=["gin index", "bm25 index"])
+def words_index(request, monkeypatch) -> str:
+    """Each of the rankings: from the GIN index, and from the BM25 index where the
+    server has pg_textsearch (CI's does; the test skips where it has not)."""
+    if request.param == "gin index":
+        monkeypatch.setattr(tsvector, "_HAS_BM25_INDEX", GIN_ONLY)
+    return request.param
+
+
+def _full(kb: Kb, question: str, scope: Scope, monkeypatch) -> list[tuple[int, float]]:
+    """Every chunk scored: the GIN index's ranking, as this corpus is under CANDIDATES."""
+    with monkeypatch.context() as gin:
+        gin.setattr(tsvector, "_HAS_BM25_INDEX", GIN_ONLY)
+        return _ranked(kb, question, scope)
+
+
 SCOPES = {
     "every base": Scope(),
     "an outsider's bases": Scope(reader="outsider"),
@@ -111,6 +138,7 @@ SCOPES = {
 def test_rarest_words_first_is_the_full_ranking(corpus, enter_home, monkeypatch, scope):
     enter_home(corpus)
     kb = Kb.open(resolve_settings(), actor="tester", create=False)
+    monkeypatch.setattr(tsvector, "_HAS_BM25_INDEX", GIN_ONLY)
     for question in QUESTIONS:
         full = _ranked(kb, question, scope)  # this corpus is under CANDIDATES: all scored
         assert full, question
@@ -121,8 +149,33 @@ def test_rarest_words_first_is_the_full_ranking(corpus, enter_home, monkeypatch,
         assert [score for _, score in found] == pytest.approx([score for _, score in full])
 
 
+@pytest.mark.parametrize("scope", SCOPES.values(), ids=SCOPES.keys())
+def test_the_bm25_index_proposes_what_the_full_ranking_finds(
+    corpus, enter_home, monkeypatch, scope
+):
+    """Its candidates re-scored on the scope: the same scores, and the full ranking's
+    top 10 in its order; further down, a chunk its own statistics (every base's, its own
+    word splitting) did not propose may be missing (docs/search.md measures how often)."""
+    enter_home(corpus)
+    kb = Kb.open(resolve_settings(), actor="tester", create=False)
+    _skip_without_bm25(kb)
+    for question in [*QUESTIONS, COMMON_WORDS, SOME_WORDS, '"extract" members']:
+        full = dict(_full(kb, question, scope, monkeypatch))
+        found = _ranked(kb, question, scope)
+        assert [chunk for chunk, _ in found[:10]] == list(full)[:10], question
+        assert len(set(dict(found)) & set(full)) >= 0.9 * len(full), question
+        for chunk, score in found:
+            assert score == pytest.approx(full.get(chunk, score)), question
+
+
+def _skip_without_bm25(kb: Kb) -> None:
+    with kb.db.read() as conn:
+        if not conn.execute(tsvector._HAS_BM25_INDEX).scalar():
+            pytest.skip("the server has no pg_textsearch")
+
+
 def test_a_question_of_common_words_only_ranks_the_first_chunks_holding_all(
-    corpus, enter_home, monkeypatch
+    corpus, enter_home, monkeypatch, gin_index
 ):
     enter_home(corpus)
     kb = Kb.open(resolve_settings(), actor="tester", create=False)
@@ -142,12 +195,14 @@ def test_a_question_of_common_words_only_ranks_the_first_chunks_holding_all(
 
 
 def test_a_scoped_score_never_counts_a_base_out_of_scope(
-    corpus, enter_home, invoke, monkeypatch, tmp_path
+    words_index, corpus, enter_home, invoke, monkeypatch, tmp_path
 ):
     from tests.helpers import db_execute
 
     ids = enter_home(corpus, writes=True)
     kb = Kb.open(resolve_settings(), actor="tester", create=False)
+    if words_index == "bm25 index":
+        _skip_without_bm25(kb)
     monkeypatch.setattr(tsvector, "COUNTED", 10)  # so that every word is past it
     outsider = Scope(reader="outsider")  # not in the team of base "secret"
     db_execute("ANALYZE chunks")
