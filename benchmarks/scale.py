@@ -434,6 +434,7 @@ def quality_alone() -> dict[str, dict[str, list]]:
     from benchmarks.retrieval import evaluate, ingest, load_corpora
 
     ranks = {}
+    (DATA / "alone").mkdir(parents=True, exist_ok=True)  # kb makes a home, not its parent
     for corpus in load_corpora(None):
         home = DATA / "alone" / corpus.name
         kb = open_kb(home, None) if (home / "kb.sqlite3").exists() else ingest(corpus, home)
