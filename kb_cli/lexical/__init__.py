@@ -44,8 +44,9 @@ class LexicalIndex(Protocol):
         what `kb doctor --repair` does about it)."""
         ...
 
-    def rebuild(self, db: Database) -> None:
-        """Write the index anew from the chunks (what `kb doctor --repair` does)."""
+    def rebuild(self, db: Database) -> bool:
+        """Write the index anew from the chunks (what `kb doctor --repair` does); False
+        when it cannot be now (the server does not load its extension)."""
         ...
 
 

@@ -37,9 +37,10 @@ class Fts5Index:
     def problems(self, conn: Connection) -> list[str]:
         return []  # kept in step with the chunks by triggers, in their transaction
 
-    def rebuild(self, db: Database) -> None:
+    def rebuild(self, db: Database) -> bool:
         with db.write() as conn:
             conn.execute("INSERT INTO chunks_terms(chunks_terms) VALUES ('rebuild')")
+        return True
 
     def ranking(
         self, conn: Connection, terms: list[str], phrases: list[str], limit: int, scope: Scope

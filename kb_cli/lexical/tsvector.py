@@ -48,8 +48,9 @@ class TsvectorIndex:
             return []
         if bm25.available(conn.raw):
             return [
-                "the server offers pg_textsearch but this database does not use it yet: run "
-                "`kb db upgrade` as a user allowed to CREATE EXTENSION pg_textsearch"
+                "the server offers pg_textsearch but this database does not use it yet: with "
+                "pg_textsearch in shared_preload_libraries, run `kb db upgrade` as a user "
+                "allowed to CREATE EXTENSION pg_textsearch"
             ]
         return [
             "the words ranking reads every chunk holding a common word (no pg_textsearch "
@@ -59,31 +60,49 @@ class TsvectorIndex:
         ]
 
     def problems(self, conn: Connection) -> list[str]:
-        """Chunks the BM25 index lost: pg_textsearch 1.0 keeps the rows written since
-        the last checkpoint out of its index after a crash of the server, and search
-        would never propose them."""
+        """Chunks the BM25 index lost count of: pg_textsearch 1.0 keeps the rows written
+        since the last checkpoint out of its index after a crash of the server, and may
+        count none of what it held only in memory after a restart; search would not
+        propose them."""
         if not bm25.enabled(conn.raw):
             return []
         indexed = bm25.indexed_chunks(conn.raw)
-        chunks = conn.execute("SELECT count(*) FROM chunks WHERE term_count > 0").scalar()
-        if indexed is None or indexed >= chunks:
+        if indexed is None:
+            return [
+                "the BM25 index exists but the server does not load pg_textsearch, which "
+                "every chunk write and words search needs: add it to "
+                "shared_preload_libraries and restart, or DROP INDEX ix_chunks_bm25"
+            ]
+        # Chunks with a word PostgreSQL's parser keeps (the index's tokens, as the
+        # stored words' are): a chunk of symbols only is in neither.
+        chunks = conn.execute("SELECT count(*) FROM chunks WHERE length(words) > 0").scalar()
+        if indexed >= chunks:
             return []
         return [
-            f"the BM25 index holds {indexed} of {chunks} chunks (a server crash loses what "
-            "it took in since the last checkpoint): search misses the rest; repair rebuilds "
-            "it"
+            f"the BM25 index counts {indexed} of {chunks} chunks (pg_textsearch loses count "
+            "of some after a crash or a restart of the server): search ranks words from the "
+            "GIN index when it proposes too few, and may miss others; repair rebuilds it"
         ]
 
-    def rebuild(self, db: Database) -> None:
+    def rebuild(self, db: Database) -> bool:
         with db.write() as conn:
+            if bm25.indexed_chunks(conn.raw) is None:  # not loaded: nothing can build it
+                return False
             conn.execute(f"REINDEX INDEX {bm25.INDEX}")
+        return True
 
     def ranking(
         self, conn: Connection, terms: list[str], phrases: list[str], limit: int, scope: Scope
     ) -> list[Scored]:
         scoped, scope_params = queries.scope_filter(scope, engine=conn.engine)
-        if conn.execute(_HAS_BM25_INDEX).scalar():
-            return ranked_from_bm25(conn, terms, phrases, limit, scoped, scope_params)
+        # The BM25 index's statistics count every base: it proposes only for a caller
+        # who reads every base, with no --where (its statistics are then the scope's);
+        # any narrower scope is ranked from the GIN index, whose every count is the
+        # scope's own (docs/access.md).
+        if not scoped and conn.execute(_HAS_BM25_INDEX).scalar():
+            found = ranked_from_bm25(conn, terms, phrases, limit, scoped, scope_params)
+            if found is not None:
+                return found
         return ranked(conn, terms, phrases, limit, scoped, scope_params)
 
 
@@ -102,13 +121,13 @@ def ranked_from_bm25(
     limit: int,
     scope: str,
     scope_params: dict[str, Any],
-) -> list[Scored]:
+) -> list[Scored] | None:
     """As `ranked`, with the candidates proposed by pg_textsearch's BM25 index: its
-    best published chunks in `scope` holding every phrase (Block-Max WAND: it never
-    reads every chunk of a common word), re-scored by kb's BM25 on the caller's scope,
-    so that a score never counts a chunk outside it (docs/access.md). Which chunks are
-    proposed does: the index's statistics count every base (docs/search.md measures
-    what that changes)."""
+    best published chunks holding every phrase (Block-Max WAND: it never reads every
+    chunk of a common word), scored by kb's BM25. None when it proposes fewer than
+    `limit` (few chunks hold the words, which the GIN ranking scores exactly and fast;
+    or the index lost its count of what it holds, as pg_textsearch 1.0 can across a
+    restart of the server, when it proposes nothing): `ranked` answers then."""
     lexemes = _lexemes(conn, terms)
     if not lexemes:
         return []
@@ -125,7 +144,9 @@ def ranked_from_bm25(
     # prepared, pg_textsearch answered in 25 ms p50 what it answers in 1.2 ms as a new
     # statement (80,832 chunks, benchmarks/pg_lexical.py).
     proposed = [row[0] for row in conn.raw.execute(driver_sql(sql), params, prepare=False)]
-    return ranking.of(lexemes, " | ", only=proposed) if proposed else []
+    if len(proposed) < limit:
+        return None
+    return ranking.of(lexemes, " | ", only=proposed)
 
 
 def ranked(

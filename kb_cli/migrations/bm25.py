@@ -24,16 +24,14 @@ MIN_VERSION = (1, 0)
 
 
 def available(raw: Any) -> bool:
-    """The server offers pg_textsearch 1.0 or later and has loaded its library (an
-    extension that needs `shared_preload_libraries` cannot be created otherwise)."""
+    """The server offers pg_textsearch 1.0 or later (whether it is preloaded, as it must
+    be, only creating the extension tells: reading `shared_preload_libraries` needs a
+    privilege kb's user may not have)."""
     row = raw.execute(
         "SELECT coalesce(installed_version, default_version) FROM pg_available_extensions"
         " WHERE name = 'pg_textsearch'"
     ).fetchone()
-    if row is None or version_of(row[0]) < MIN_VERSION:
-        return False
-    preloaded = raw.execute("SELECT current_setting('shared_preload_libraries')").fetchone()
-    return "pg_textsearch" in str(preloaded[0] if preloaded else "")
+    return row is not None and version_of(row[0]) >= MIN_VERSION
 
 
 def enabled(raw: Any) -> bool:
@@ -43,26 +41,36 @@ def enabled(raw: Any) -> bool:
 
 def enable(raw: Any) -> bool:
     """Make the index in the caller's transaction when the server offers the extension
-    (creating it needs the right to: a failure to is no error, `kb doctor` says what
-    to ask for). True when enabled."""
+    and has it loaded (creating either needs the right to: a failure is no error, `kb
+    doctor` says what to ask for). True when enabled."""
     if enabled(raw):
         return True
-    if not available(raw) or not _create_extension(raw):
+    if not available(raw):
         return False
     schema = raw.execute("SELECT current_schema()").fetchone()[0]
-    raw.execute(
+    return _in_savepoint(
+        raw,
+        "CREATE EXTENSION IF NOT EXISTS pg_textsearch",
         f"CREATE INDEX {INDEX} ON chunks USING bm25 (terms)"
-        f" WITH (text_config = '{schema}.kb_english')"
+        f" WITH (text_config = '{schema}.kb_english')",
     )
-    return True
 
 
 def indexed_chunks(raw: Any) -> int | None:
     """How many chunks the index holds, as pg_textsearch counts them (its summary's
-    `total_docs`); None when it does not say."""
-    summary = raw.execute("SELECT bm25_summarize_index(%s)", (INDEX,)).fetchone()[0]
+    `total_docs`); None when the server does not load pg_textsearch (taken out of
+    shared_preload_libraries after the index was made), which nothing can then ask."""
+    import psycopg
+
+    raw.execute("SAVEPOINT kb_textsearch")
+    try:
+        summary = raw.execute("SELECT bm25_summarize_index(%s)", (INDEX,)).fetchone()[0]
+    except psycopg.Error:
+        raw.execute("ROLLBACK TO SAVEPOINT kb_textsearch")
+        return None
+    raw.execute("RELEASE SAVEPOINT kb_textsearch")
     found = re.search(r"total_docs:\s*(\d+)", str(summary))
-    return int(found.group(1)) if found else None
+    return int(found.group(1)) if found else 0
 
 
 def disable(raw: Any) -> None:
@@ -70,15 +78,17 @@ def disable(raw: Any) -> None:
     raw.execute(f"DROP INDEX IF EXISTS {INDEX}")
 
 
-def _create_extension(raw: Any) -> bool:
+def _in_savepoint(raw: Any, *statements: str) -> bool:
+    """Run the statements, or none of them: not allowed to (creating an extension is an
+    administrator's privilege), or the library not preloaded (after its extension was
+    made, say, and then taken out of shared_preload_libraries)."""
     import psycopg
 
-    if raw.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_textsearch'").fetchone():
-        return True
     raw.execute("SAVEPOINT kb_textsearch")
     try:
-        raw.execute("CREATE EXTENSION pg_textsearch")
-    except psycopg.Error:  # not allowed to (an administrator's privilege), or not loaded
+        for statement in statements:
+            raw.execute(statement)
+    except psycopg.Error:
         raw.execute("ROLLBACK TO SAVEPOINT kb_textsearch")
         return False
     raw.execute("RELEASE SAVEPOINT kb_textsearch")

@@ -463,8 +463,7 @@ def _repair(kb: Kb, problem: Problem) -> bool:
     if problem.kind == "vector_index":
         return _rebuild_vector_index(kb, problem)
     if problem.kind == "lexical_index":
-        kb.lexical.rebuild(kb.db)
-        return True
+        return kb.lexical.rebuild(kb.db)
     if problem.kind == "orphan_object":
         kb.store.quarantine(problem.id)
         return True

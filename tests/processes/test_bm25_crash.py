@@ -44,3 +44,41 @@ def test_doctor_finds_the_chunks_a_crash_took_from_the_bm25_index_and_repair_res
         assert kb("doctor", "--json").record["ok"] is True
         hits = kb("search", "how long does ingestion of a file take", "--mode", "lexical", "--json")
         assert {hit["filename"] for hit in hits.records} == {"faq.txt"}
+
+
+def test_after_a_clean_restart_search_still_finds_what_the_index_lost_count_of(tmp_path):
+    """pg_textsearch 1.0 may count none of what it held only in memory once the server
+    restarts cleanly, and then propose nothing: the words are ranked from the GIN index
+    instead, so search finds them all the same; `kb doctor` says so and repair mends it."""
+    with own_postgres() as server:
+        env = clean_env(keep_engine=False, DATABASE_URL=server.url, KB_HOME=tmp_path / "home")
+
+        def kb(*args: str, code: int | None = 0):
+            result = run_kb(*args, env=env, timeout=300)
+            assert code is None or result.code == code, result.stderr
+            return result
+
+        kb("db", "upgrade")
+        if kb("doctor", "--json").record["words_index"] != "pg_textsearch":
+            pytest.skip("this server has no pg_textsearch")
+        kb("upload", str(SAMPLES / "faq.txt"), str(SAMPLES / "handbook.pdf"), "--submit")
+        kb("work", "--drain")
+        kb("publish", "--all-reviewed")
+        question = ("how long does ingestion of a file take", "--mode", "lexical", "--json")
+        before = [
+            (hit["document_id"], hit["chunk_index"]) for hit in kb("search", *question).records
+        ]
+        script = str(REPO / ".ci" / "postgres.sh")
+        subprocess.run(["bash", script, "restart", server.directory], check=True, timeout=60)
+
+        assert [
+            (hit["document_id"], hit["chunk_index"]) for hit in kb("search", *question).records
+        ] == before
+        checked = kb("doctor", "--json", code=None)
+        if checked.code == 4:  # the index lost count: said, and mended
+            assert [p["kind"] for p in checked.record["problems"]] == ["lexical_index"]
+            kb("doctor", "--repair", "--json")
+        assert kb("doctor", "--json").record["ok"] is True
+        assert [
+            (hit["document_id"], hit["chunk_index"]) for hit in kb("search", *question).records
+        ] == before
