@@ -279,7 +279,7 @@ def _search_route(app: FastAPI, home: Home) -> None:
         context: int = Query(0, ge=0, description="Neighbouring chunks merged (`--context`)."),
         base: str | None = Query(None, description="Only this base (`--base`)."),
         where: list[str] | None = WHERE,
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         """`kb search`: the hits (each the record `--json` prints), best first, with the
         ranking that ran, warnings, and why nothing was found when nothing was."""
         from kb_cli import metadata
@@ -296,13 +296,17 @@ def _search_route(app: FastAPI, home: Home) -> None:
         )
         with guarded(home, request, SEARCH, base) as (kb, _grant):
             result = search_service.search(kb, asked)
-        return {
-            "hits": [hit.to_dict() for hit in result.hits],
-            "mode": str(result.mode),
-            "warnings": result.warnings,
-            "nothing_because": result.nothing_because,
-            "hints": result.hints,
-        }
+        # A response of its own: FastAPI's encoder would walk every hit again (0.34 ms
+        # of a search's 3 ms over HTTP at 80k chunks, where json.dumps takes 0.07 ms).
+        return JSONResponse(
+            {
+                "hits": [hit.to_dict() for hit in result.hits],
+                "mode": str(result.mode),
+                "warnings": result.warnings,
+                "nothing_because": result.nothing_because,
+                "hints": result.hints,
+            }
+        )
 
 
 def _listed(
