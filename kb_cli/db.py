@@ -358,13 +358,11 @@ class Database:
                 if before != migrations.HEAD:
                     migrations.upgrade(conn)
                 elif not self.is_sqlite:
-                    # pgvector or pg_textsearch installed since migrations 0013 and
-                    # 0020 ran (which made nothing then), or a model in use without its
-                    # index yet.
-                    from kb_cli.migrations import bm25, pgvector
+                    # pgvector installed since migration 0013 ran (which made nothing
+                    # then), or a model in use without its index yet.
+                    from kb_cli.migrations import pgvector
 
                     pgvector.enable(pgvector.driver(conn))
-                    bm25.enable(pgvector.driver(conn))
         except exc.DBAPIError as error:
             # Same verdicts as for kb's own statements, judged on the driver's error.
             with self._translate_errors():

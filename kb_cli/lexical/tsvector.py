@@ -48,15 +48,14 @@ class TsvectorIndex:
             return []
         if bm25.available(conn.raw):
             return [
-                "the server offers pg_textsearch but this database does not use it yet: with "
-                "pg_textsearch in shared_preload_libraries, run `kb db upgrade` as a user "
-                "allowed to CREATE EXTENSION pg_textsearch"
+                "the server offers pg_textsearch, whose BM25 index would rank words faster "
+                "for readers of every base; kb does not build it itself (experimental: "
+                "docs/many-hosts.md says how, and what to weigh)"
             ]
         return [
             "the words ranking reads every chunk holding a common word (no pg_textsearch "
-            "on this server): install pg_textsearch 1.0 or later, add it to "
-            "shared_preload_libraries and restart the server, then run `kb db upgrade` to "
-            "build its BM25 index (docs/many-hosts.md)"
+            "on this server): docs/many-hosts.md says how to add its BM25 index, and what "
+            "to weigh"
         ]
 
     def problems(self, conn: Connection) -> list[str]:

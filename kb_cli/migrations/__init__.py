@@ -33,7 +33,6 @@ REVISIONS = (
     "0017_task_requests",
     "0018_review_facts",
     "0019_base_models",
-    "0020_bm25_index",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

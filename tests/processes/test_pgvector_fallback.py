@@ -36,4 +36,4 @@ def test_without_pgvector_search_scans_and_doctor_says_how_to_get_the_index(tmp_
         assert doctor["words_index"] == "gin"
         vectors, words = doctor["notes"]
         assert "install pgvector" in vectors and "kb db upgrade" in vectors
-        assert "install pg_textsearch" in words and "shared_preload_libraries" in words
+        assert "no pg_textsearch" in words and "docs/many-hosts.md" in words
