@@ -34,11 +34,6 @@ class LexicalIndex(Protocol):
         `pg_textsearch` (PostgreSQL's BM25 index) or `gin` (PostgreSQL without it)."""
         ...
 
-    def notes(self, conn: Connection) -> list[str]:
-        """What an operator could do, outside kb, for the words ranking to be faster
-        (a database extension to install), as `kb doctor` says it."""
-        ...
-
     def problems(self, conn: Connection) -> list[str]:
         """What the index cannot find now although it should (each a sentence saying
         what `kb doctor --repair` does about it)."""

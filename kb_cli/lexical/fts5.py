@@ -31,9 +31,6 @@ class Fts5Index:
     def kind(self, conn: Connection) -> str:
         return "fts5"
 
-    def notes(self, conn: Connection) -> list[str]:
-        return []
-
     def problems(self, conn: Connection) -> list[str]:
         return []  # kept in step with the chunks by triggers, in their transaction
 

@@ -42,22 +42,6 @@ class TsvectorIndex:
     def kind(self, conn: Connection) -> str:
         return "pg_textsearch" if conn.execute(_HAS_BM25_INDEX).scalar() else "gin"
 
-    def notes(self, conn: Connection) -> list[str]:
-        """How to let the words ranking ask a BM25 index for its candidates."""
-        if bm25.enabled(conn.raw):
-            return []
-        if bm25.available(conn.raw):
-            return [
-                "the server offers pg_textsearch, whose BM25 index would rank words faster "
-                "for readers of every base; kb does not build it itself (experimental: "
-                "docs/many-hosts.md says how, and what to weigh)"
-            ]
-        return [
-            "the words ranking reads every chunk holding a common word (no pg_textsearch "
-            "on this server): docs/many-hosts.md says how to add its BM25 index, and what "
-            "to weigh"
-        ]
-
     def problems(self, conn: Connection) -> list[str]:
         """Chunks the BM25 index lost count of: pg_textsearch 1.0 keeps the rows written
         since the last checkpoint out of its index after a crash of the server, and may

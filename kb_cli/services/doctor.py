@@ -76,7 +76,7 @@ def check(kb: Kb, repair: bool = False, verify: bool = False) -> DoctorReport:
         referenced = queries.object_keys(conn)
         waiting = {row.object_key: row for row in queries.pending_objects(conn)}
         database_id = queries.database_id(conn)
-        notes = kb.vectors.notes(conn) + kb.lexical.notes(conn)
+        notes = kb.vectors.notes(conn)
         words_index = kb.lexical.kind(conn)
         found += [
             Problem("lexical_index", words_index, detail) for detail in kb.lexical.problems(conn)

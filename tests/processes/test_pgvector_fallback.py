@@ -1,8 +1,8 @@
 """A PostgreSQL server without extensions (Debian's, as .ci/postgres.sh starts it with
 KB_TEST_POSTGRES_SERVER=debian: no pgvector, no pg_textsearch): the schema's pgvector and
 BM25 migrations make nothing, search by meaning scans every vector and the words are
-ranked from the GIN index, as before, and `kb doctor` says how to get both indexes
-without counting either as a problem."""
+ranked from the GIN index, as before; `kb doctor` says how to get pgvector's index
+without counting it as a problem, and that words are ranked from the GIN index."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ def test_without_pgvector_search_scans_and_doctor_says_how_to_get_the_index(tmp_
         assert {hit["filename"] for hit in hits.records} == {"faq.txt"}
         doctor = kb("doctor", "--json").record
         assert doctor["ok"] is True and doctor["problems"] == []
-        assert doctor["words_index"] == "gin"
-        vectors, words = doctor["notes"]
-        assert "install pgvector" in vectors and "kb db upgrade" in vectors
-        assert "no pg_textsearch" in words and "docs/many-hosts.md" in words
+        assert doctor["words_index"] == "gin"  # pg_textsearch's is an operator's choice
+        [note] = doctor["notes"]
+        assert "install pgvector" in note and "kb db upgrade" in note
