@@ -18,21 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kb_cli.migrations.pgvector import version_of
-
 INDEX = "ix_chunks_bm25"
-MIN_VERSION = (1, 0)
-
-
-def available(raw: Any) -> bool:
-    """The server offers pg_textsearch 1.0 or later (installed or installable; whether it
-    is preloaded, reading `shared_preload_libraries` would need a privilege kb's user
-    may not have)."""
-    row = raw.execute(
-        "SELECT coalesce(installed_version, default_version) FROM pg_available_extensions"
-        " WHERE name = 'pg_textsearch'"
-    ).fetchone()
-    return row is not None and version_of(row[0]) >= MIN_VERSION
 
 
 def enabled(raw: Any) -> bool:

@@ -71,7 +71,7 @@ def available(raw: Any) -> bool:
         "SELECT coalesce(installed_version, default_version) FROM pg_available_extensions"
         " WHERE name = 'vector'"
     ).fetchone()
-    return row is not None and version_of(row[0]) >= MIN_VERSION
+    return row is not None and _version(row[0]) >= MIN_VERSION
 
 
 def enabled(raw: Any) -> bool:
@@ -189,5 +189,5 @@ def missing_indexes(raw: Any) -> list[tuple[str, int]]:
     ]
 
 
-def version_of(text: str) -> tuple[int, ...]:
+def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
