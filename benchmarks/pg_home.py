@@ -126,14 +126,15 @@ def copy_rows(sqlite_path: Path, url: str) -> dict[str, int]:
 
 def drop_vector_indexes(target) -> None:
     """HNSW indexes are built once after the copy: inserting 100k rows one by one into
-    them took ten times as long."""
+    them took ten times as long. (The copy's trigger fills distinct_vectors.)"""
     for name in vector_indexes(target):
         target.execute(f'DROP INDEX "{name}"')
 
 
 def vector_indexes(conn) -> list[str]:
     found = conn.execute(
-        "SELECT indexname FROM pg_indexes WHERE tablename = 'chunks' AND indexdef LIKE '%hnsw%'"
+        "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexdef LIKE '%%hnsw%%'",
+        (pgvector.DISTINCT,),
     )
     return [name for (name,) in found.fetchall()]
 

@@ -202,11 +202,13 @@ def measure(server_url: str, ef_values: list[int], depth: int) -> None:
     print(f"HNSW index build ({model}, {dim}): {time.perf_counter() - started:.1f} s")
     with raw.transaction():
         explain = raw.execute(
-            "EXPLAIN SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
+            f"EXPLAIN SELECT c.id FROM {pgvector.DISTINCT} v JOIN chunks c"
+            f" ON c.embedding_model = v.model AND {pgvector.vector_key('c.')} = v.key"
+            " JOIN documents d ON d.id = c.document_id"
             " AND c.revision = d.published_revision WHERE "
-            + pgvector.model_condition(model, dim, "c.")
+            + pgvector.model_condition(model, dim, "v.")
             + f" AND d.base = '{SMALL_BASE}' ORDER BY "
-            + pgvector.indexed_expression(dim, "c.")
+            + pgvector.indexed_expression(dim, "v.")
             + " <#> (SELECT embedding_hv FROM chunks LIMIT 1)::halfvec(256) LIMIT 50"
         ).fetchall()
     print("plan, base-filtered:", " | ".join(row[0].strip() for row in explain[:8]))

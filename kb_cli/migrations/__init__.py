@@ -33,6 +33,7 @@ REVISIONS = (
     "0017_task_requests",
     "0018_review_facts",
     "0019_base_models",
+    "0020_distinct_vectors",
 )
 HEAD = REVISIONS[-1]
 VERSION_TABLE = "kb_schema_version"

@@ -12,9 +12,19 @@ source of truth, float16 on both engines):
   (kb_cli/embeddings/halfvec.py, in binary);
 - a trigger that derives it in the database from a write that did not give it (a
   process started before the column existed), so it can never lag its blob;
+- `distinct_vectors`: each distinct vector once per model (its key: the MD5 of the
+  vector's bytes; the chunks find theirs by an index on the same expression), kept in
+  step with the chunks by statement triggers in the writing transaction: a write adds
+  the keys it brings, a delete or a changed vector drops the keys no chunk has any more;
 - one partial HNSW index (inner product: the vectors are unit length) per embedding
-  model and dimension: `(embedding_hv::halfvec(DIM))` WHERE the chunk's model and
+  model and dimension on `distinct_vectors`: `(hv::halfvec(DIM))` WHERE the model and
   dimension are that one's. A model without one is still searched exactly, by a scan.
+
+Why distinct vectors: HNSW is not built for many equal vectors (pgvector #837, hnswlib
+#341): a module kept in several versions gives hundreds of chunks one vector, their
+graph nodes link mostly to each other, and the search's recall falls whatever
+`ef_search` is. Indexing each vector once took recall@10 from 0.87 to 0.97 at 80,832
+chunks of which only 2.3% repeat another's vector (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -57,6 +67,86 @@ END $$"""
 _TRIGGER = """CREATE TRIGGER kb_chunks_halfvec BEFORE INSERT OR UPDATE OF embedding
     ON chunks FOR EACH ROW EXECUTE FUNCTION kb_chunks_halfvec()"""
 
+DISTINCT = "distinct_vectors"
+
+
+def vector_key(alias: str = "") -> str:
+    """The key of a chunk's vector: the table's and the chunks' index's expression."""
+    return f"decode(md5({alias}embedding), 'hex')"
+
+
+_DISTINCT_TABLE = f"""CREATE TABLE {DISTINCT} (
+    model varchar(200) NOT NULL, dim integer NOT NULL, key bytea NOT NULL,
+    hv halfvec NOT NULL, PRIMARY KEY (model, key))"""
+_CHUNKS_BY_KEY = (
+    f"CREATE INDEX ix_chunks_vector_key ON chunks (embedding_model, ({vector_key()}))"
+    " WHERE embedding IS NOT NULL"
+)
+
+
+def _keys_of(rows: str) -> str:
+    """The distinct (model, dim, key, halfvec) of `rows` that have a vector, in key
+    order: two writers of the same new keys then wait on each other in one order."""
+    return f"""SELECT DISTINCT ON (embedding_model, {vector_key()})
+        embedding_model, embedding_dim, {vector_key()}, embedding_hv FROM {rows}
+      WHERE embedding IS NOT NULL AND embedding_hv IS NOT NULL ORDER BY 1, 3"""
+
+
+def _add_keys(rows: str) -> str:
+    return f"""INSERT INTO {DISTINCT} (model, dim, key, hv) {_keys_of(rows)}
+    ON CONFLICT DO NOTHING;"""
+
+
+def _drop_keys(rows: str) -> str:
+    """Drop the keys of `rows` that no chunk has any more. The lock waits for every
+    transaction that is adding keys (theirs conflicts with it) and holds off new ones
+    until this one commits; the DELETE, a later statement, then sees every chunk they
+    wrote, so no key goes that a chunk committed meanwhile has (a deadlock this rarely
+    makes is the database's `busy`, which kb retries). The trigger's name sorts before
+    kb_chunks_added/_removed, so writers and deleters take this table before their
+    chunk_totals row."""
+    return f"""IF EXISTS (SELECT 1 FROM {rows} WHERE embedding IS NOT NULL) THEN
+    LOCK TABLE {DISTINCT} IN SHARE ROW EXCLUSIVE MODE;
+    DELETE FROM {DISTINCT} AS v
+      USING (SELECT DISTINCT embedding_model AS model, {vector_key()} AS key FROM {rows}
+             WHERE embedding IS NOT NULL) AS r
+      WHERE v.model = r.model AND v.key = r.key AND NOT EXISTS (
+        SELECT 1 FROM chunks AS c WHERE c.embedding IS NOT NULL
+          AND c.embedding_model = v.model AND {vector_key("c.")} = v.key);
+  END IF;"""
+
+
+def _changed(rows: str, other: str) -> str:
+    """The rows of one transition table whose vector the UPDATE changed (an UPDATE of
+    any other column fires the trigger too)."""
+    return f"""(SELECT x.* FROM {rows} AS x JOIN {other} AS y ON y.id = x.id
+      WHERE x.embedding IS DISTINCT FROM y.embedding
+         OR x.embedding_model IS DISTINCT FROM y.embedding_model) AS changed"""
+
+
+_KEEP_DISTINCT = f"""
+CREATE OR REPLACE FUNCTION kb_distinct_vectors() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    {_add_keys("added")}
+  ELSIF TG_OP = 'DELETE' THEN
+    {_drop_keys("removed")}
+  ELSE
+    {_add_keys(_changed("added", "removed"))}
+    {_drop_keys(_changed("removed", "added"))}
+  END IF;
+  RETURN NULL;
+END $$"""
+_DISTINCT_TRIGGERS = [
+    """CREATE TRIGGER kb_chunks_0_vectors_added AFTER INSERT ON chunks
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION kb_distinct_vectors()""",
+    """CREATE TRIGGER kb_chunks_0_vectors_removed AFTER DELETE ON chunks
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION kb_distinct_vectors()""",
+    """CREATE TRIGGER kb_chunks_0_vectors_changed AFTER UPDATE ON chunks
+    REFERENCING OLD TABLE AS removed NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION kb_distinct_vectors()""",
+]
+
 
 def driver(conn: Any) -> Any:
     """The psycopg connection of a SQLAlchemy connection or of a kb Connection."""
@@ -95,13 +185,40 @@ def enable(raw: Any) -> bool:
         for statement in (_HALFVEC_FROM_BLOB, _DERIVE_ON_WRITE, _TRIGGER):
             raw.execute(statement)
         fill(raw)
+    if not keeps_distinct(raw):
+        keep_distinct(raw)
     for model, dim in sorted(set(models_in_use(raw)) | {BUILT_IN_MODEL}):
         ensure_index(raw, model, dim)
     return True
 
 
+def keeps_distinct(raw: Any) -> bool:
+    return raw.execute("SELECT to_regclass(%s)", (DISTINCT,)).fetchone()[0] is not None
+
+
+def keep_distinct(raw: Any) -> None:
+    """Make `distinct_vectors` and what keeps it, fill it from the chunks, and drop the
+    HNSW indexes on the chunks themselves (before migration 0020) that it replaces."""
+    for statement in (_DISTINCT_TABLE, _CHUNKS_BY_KEY, _KEEP_DISTINCT, *_DISTINCT_TRIGGERS):
+        raw.execute(statement)
+    raw.execute(_add_keys("chunks"))
+    before = "SELECT indexname FROM pg_indexes WHERE tablename = 'chunks' AND indexname LIKE %s"
+    for (name,) in raw.execute(before, ("ix\\_chunks\\_hv\\_%",)).fetchall():
+        raw.execute(f'DROP INDEX "{name}"')
+
+
+def drop_distinct(raw: Any) -> None:
+    """Undo `keep_distinct` (its indexes go with the table)."""
+    for trigger in ("added", "removed", "changed"):
+        raw.execute(f"DROP TRIGGER IF EXISTS kb_chunks_0_vectors_{trigger} ON chunks")
+    raw.execute("DROP FUNCTION IF EXISTS kb_distinct_vectors()")
+    raw.execute("DROP INDEX IF EXISTS ix_chunks_vector_key")
+    raw.execute(f"DROP TABLE IF EXISTS {DISTINCT}")
+
+
 def disable(raw: Any) -> None:
     """Undo `enable` (the extension stays: other schemas may use it)."""
+    drop_distinct(raw)
     raw.execute("DROP TRIGGER IF EXISTS kb_chunks_halfvec ON chunks")
     raw.execute("DROP FUNCTION IF EXISTS kb_chunks_halfvec()")
     raw.execute(f"ALTER TABLE chunks DROP COLUMN IF EXISTS {COLUMN}")  # and its indexes
@@ -151,30 +268,30 @@ def models_in_use(raw: Any) -> list[tuple[str, int]]:
 
 
 def index_name(model: str, dim: int) -> str:
-    return f"ix_chunks_hv_{dim}_{hashlib.sha256(model.encode()).hexdigest()[:10]}"
+    return f"ix_distinct_vectors_{dim}_{hashlib.sha256(model.encode()).hexdigest()[:10]}"
 
 
 def model_condition(model: str, dim: int, alias: str = "") -> str:
-    """The partial index's predicate; a query uses the index only when it names the
-    model and dimension the same way (as literals: a parameter hides them from the
-    planner of a generic plan)."""
+    """The partial index's predicate (on `distinct_vectors`); a query uses the index only
+    when it names the model and dimension the same way (as literals: a parameter hides
+    them from the planner of a generic plan)."""
     literal = "'" + model.replace("'", "''") + "'"
-    return f"{alias}embedding_model = {literal} AND {alias}embedding_dim = {int(dim)}"
+    return f"{alias}model = {literal} AND {alias}dim = {int(dim)}"
 
 
 def indexed_expression(dim: int, alias: str = "") -> str:
-    return f"({alias}{COLUMN}::halfvec({int(dim)}))"
+    return f"({alias}hv::halfvec({int(dim)}))"
 
 
 def ensure_index(raw: Any, model: str, dim: int) -> bool:
-    """The HNSW index of `model`'s vectors of `dim` dimensions; True when it was made
-    now. It takes a write lock on the chunks for as long as it builds."""
+    """The HNSW index of `model`'s distinct vectors of `dim` dimensions; True when it was
+    made now. It takes a write lock on the table for as long as it builds."""
     name = index_name(model, dim)
     if raw.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is not None:
         return False
     raw.execute(f"SET LOCAL maintenance_work_mem = '{BUILD_MEMORY}'")
     raw.execute(
-        f"CREATE INDEX IF NOT EXISTS {name} ON chunks USING hnsw"
+        f"CREATE INDEX IF NOT EXISTS {name} ON {DISTINCT} USING hnsw"
         f" ({indexed_expression(dim)} halfvec_ip_ops) WHERE {model_condition(model, dim)}"
     )
     return True

@@ -116,11 +116,10 @@ def test_the_search_statement_can_walk_the_hnsw_index(home):
         # size the planner would rather sort (at 100k it picks the index itself).
         conn.execute("SET LOCAL enable_sort = off")
         plan = conn.execute(
-            "EXPLAIN SELECT c.id FROM chunks AS c JOIN documents AS d ON d.id = c.document_id"
-            " AND c.revision = d.published_revision WHERE "
-            + pgvector.model_condition(kb.embedder.model, 256, "c.")
+            "EXPLAIN SELECT v.key FROM distinct_vectors AS v WHERE "
+            + pgvector.model_condition(kb.embedder.model, 256, "v.")
             + " ORDER BY "
-            + pgvector.indexed_expression(256, "c.")
+            + pgvector.indexed_expression(256, "v.")
             + " <#> (SELECT embedding_hv FROM chunks LIMIT 1)::halfvec(256) LIMIT 50"
         ).scalars()
     assert pgvector.index_name(kb.embedder.model, 256) in "\n".join(plan)
