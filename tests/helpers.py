@@ -377,7 +377,10 @@ def _new_database_id(url: str) -> None:
 @contextlib.contextmanager
 def migrated_postgres_template() -> Iterator[str]:
     """A database with kb's schema and nothing else, made once by kb's own migrations,
-    for every test's database to copy: migrating each anew cost half a second a test."""
+    for every test's database to copy: migrating each anew cost half a second a test.
+    With KB_TEST_BM25_INDEX=1 it also has pg_textsearch's BM25 index, made as
+    docs/many-hosts.md has an operator make it (the server must preload pg_textsearch),
+    so that every test's search ranks words through it."""
     from kb_cli.db import Database
 
     with postgres_database() as url:
@@ -386,8 +389,19 @@ def migrated_postgres_template() -> Iterator[str]:
             database.ensure_schema(create=True)
         finally:
             database.close()
+        if os.environ.get("KB_TEST_BM25_INDEX") == "1":
+            _create_bm25_index(url)
         disconnect_postgres(url)
         yield url
+
+
+def _create_bm25_index(url: str) -> None:
+    import psycopg
+
+    from kb_cli.migrations import bm25
+
+    with psycopg.connect(url.replace("+psycopg", "")) as raw:
+        bm25.create_index(raw)
 
 
 def migrated_sqlite_file(directory: Path) -> Path:

@@ -1,7 +1,7 @@
 """PostgreSQL's lexical ranking from its indexes: the per-base chunk counts (migration
 0015) stay in step with every write; from the GIN index, the rarest-words-first ranking
 is the full BM25 ranking, except where it says it is not (a question of common words
-only); from pg_textsearch's BM25 index (migration 0020, where the server has it), the
+only); from pg_textsearch's BM25 index (where an operator made it: docs/many-hosts.md), the
 candidates it proposes, re-scored on the scope, are the full ranking too."""
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Isolation at scale (docs/access.md, "Knowledge bases"): searches race an unpublish, a
 delete, a revoked grant and a team change, on a real database with the vector index the
 engine uses in place (SQLite: the derived index file, built before the races; PostgreSQL:
-whatever kb.vectors is there). No search that began after a change committed may return
+whatever kb.vectors is there, and pg_textsearch's BM25 index where .ci/run has the
+template databases made with it). No search that began after a change committed may return
 a chunk that change took out of the reader's sight, in any mode."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -19,6 +21,7 @@ from tests.helpers import ON_POSTGRES
 
 TOPIC = "The rocket budget for the {name} launch: fuel, insurance and the ground crew's pay."
 SEARCH_THREADS = 2
+BM25_INDEX = os.environ.get("KB_TEST_BM25_INDEX") == "1"  # tests/helpers.py makes it
 
 
 def _ok(result):
@@ -57,6 +60,9 @@ def test_no_search_sees_what_a_committed_change_took_away(invoke, tmp_path, monk
     ids = _documents(invoke, tmp_path, admin)
     if not ON_POSTGRES:
         _ok(invoke("reindex", "--vectors", "--json", token=admin))
+    if BM25_INDEX:  # the races then run on pg_textsearch's ranking too (.ci/run)
+        [doctor] = _ok(invoke("doctor", "--json", token=admin))
+        assert doctor["words_index"] == "pg_textsearch"
     changes = [
         ("unpublished", ("unpublish", ids["unpublished"], "--json")),
         ("deleted", ("delete", ids["deleted"], "--yes", "--json")),
