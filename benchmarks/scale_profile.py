@@ -3,6 +3,9 @@ worker's fold of the SQLite vector index costs there.
 
     uv run --group bench python benchmarks/scale_profile.py HOME [HOME ...]
 
+A PostgreSQL home (benchmarks/pg_home.py) is profiled on its database of the server
+KB_BENCH_POSTGRES_URL names (its fold is SQLite's: not measured there).
+
 Per home, in process, over the retrieval questions (spread as scale.py spreads them):
 p50/p95 of each stage of a hybrid search on its own (the words ranking, the query's
 embedding, the index's nearest chunks, the index's Hamming pass alone, the chunk details
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -22,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.homes import database_url
 from benchmarks.scale import open_kb, questions, spread
 
 
@@ -51,7 +56,7 @@ def stages(kb, asked: list[str]) -> dict:
             started = time.perf_counter()
             words = kb.lexical.ranking(conn, query.terms, query.phrases, depth, scope)
             timed["words"].append(time.perf_counter() - started)
-            if query.terms:
+            if query.terms and kb.db.is_sqlite:
                 sql = "SELECT count(*) FROM chunks_terms WHERE chunks_terms MATCH :m"
                 matches.append(conn.execute(sql, {"m": _any_of(query.terms)}).scalar())
             started = time.perf_counter()
@@ -72,10 +77,8 @@ def stages(kb, asked: list[str]) -> dict:
             queries.chunk_details(conn, ids)
             timed["details"].append(time.perf_counter() - started)
     result = {name: _p(values) for name, values in timed.items() if values}
-    result["words_matches"] = {
-        "median": statistics.median(matches),
-        "max": max(matches),
-    }
+    if matches:
+        result["words_matches"] = {"median": statistics.median(matches), "max": max(matches)}
     return result
 
 
@@ -100,6 +103,15 @@ def fold_seconds(kb) -> dict:
     return timings
 
 
+def _database_of(home: Path) -> str | None:
+    """A PostgreSQL home's database (benchmarks/pg_home.py) on KB_BENCH_POSTGRES_URL's
+    server; None for a SQLite home."""
+    manifest = json.loads((home / "scale-manifest.json").read_text())
+    if manifest.get("engine") != "postgresql":
+        return None
+    return database_url("postgresql", manifest["size"], os.environ["KB_BENCH_POSTGRES_URL"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("homes", nargs="+", type=Path)
@@ -109,9 +121,10 @@ def main() -> None:
     asked = spread([q["question"] for _c, q in questions()], args.questions)
     report = {}
     for home in args.homes:
-        kb = open_kb(home, None)
+        kb = open_kb(home, _database_of(home))
         report[str(home)] = {}
-        if not args.skip_fold:  # first: the stages then read the index it leaves
+        # First: the stages then read the index it leaves (SQLite's file).
+        if not args.skip_fold and kb.db.is_sqlite:
             report[str(home)]["fold"] = fold_seconds(kb)
         kb.embedder.embed_query(asked[0])  # the model loaded
         report[str(home)]["stages"] = stages(kb, asked)
