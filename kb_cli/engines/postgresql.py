@@ -78,7 +78,10 @@ def set_lock_wait(raw: psycopg.Connection, seconds: float) -> None:
 
 
 def begin(raw: psycopg.Connection, write: bool) -> None:
-    raw.execute("BEGIN")
+    # Whatever the server's default: every conditional UPDATE and the vector keys'
+    # triggers (kb_cli/migrations/pgvector.py) count on each statement seeing what
+    # was committed before it.
+    raw.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
 
 
 def commit(raw: psycopg.Connection) -> None:

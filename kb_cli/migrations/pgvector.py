@@ -15,7 +15,9 @@ source of truth, float16 on both engines):
 - `distinct_vectors`: each distinct vector once per model (its key: the MD5 of the
   vector's bytes; the chunks find theirs by an index on the same expression), kept in
   step with the chunks by statement triggers in the writing transaction: a write adds
-  the keys it brings, a delete or a changed vector drops the keys no chunk has any more;
+  the keys it brings, a delete or a changed vector drops the keys no chunk has any more
+  (two writers of the same new keys in opposite orders, duplicate files processed side
+  by side, can deadlock: the database's `busy`, which workers retry);
 - one partial HNSW index (inner product: the vectors are unit length) per embedding
   model and dimension on `distinct_vectors`: `(hv::halfvec(DIM))` WHERE the model and
   dimension are that one's. A model without one is still searched exactly, by a scan.
@@ -92,21 +94,40 @@ def _keys_of(rows: str) -> str:
       WHERE embedding IS NOT NULL AND embedding_hv IS NOT NULL ORDER BY 1, 3"""
 
 
-def _add_keys(rows: str) -> str:
+# One advisory lock of the database guards the keys: a transaction adding keys holds it
+# shared, one dropping keys holds it alone. An advisory lock, not a lock of the table:
+# every table lock that waits for writers would also cancel autovacuum on it.
+KEYS_LOCK = 0x6B62_6476  # "kbdv"
+
+
+def _insert_keys(rows: str) -> str:
     return f"""INSERT INTO {DISTINCT} (model, dim, key, hv) {_keys_of(rows)}
-    ON CONFLICT DO NOTHING;"""
+    ON CONFLICT DO NOTHING"""
+
+
+def _add_keys(rows: str) -> str:
+    return f"""PERFORM pg_advisory_xact_lock_shared({KEYS_LOCK});
+    {_insert_keys(rows)};"""
+
+
+def _dropping(rows: str) -> str:
+    """Whether this statement's trigger drops keys: `rows` had vectors, and the
+    transaction reads committed rows statement by statement (under REPEATABLE READ the
+    DELETE's snapshot would predate the wait, and a key a chunk committed meanwhile has
+    could go; there the keys are left, unused rows a search passes over)."""
+    return f"""current_setting('transaction_isolation') = 'read committed'
+    AND EXISTS (SELECT 1 FROM {rows} WHERE embedding IS NOT NULL)"""
 
 
 def _drop_keys(rows: str) -> str:
-    """Drop the keys of `rows` that no chunk has any more. The lock waits for every
-    transaction that is adding keys (theirs conflicts with it) and holds off new ones
-    until this one commits; the DELETE, a later statement, then sees every chunk they
-    wrote, so no key goes that a chunk committed meanwhile has (a deadlock this rarely
-    makes is the database's `busy`, which kb retries). The trigger's name sorts before
-    kb_chunks_added/_removed, so writers and deleters take this table before their
-    chunk_totals row."""
-    return f"""IF EXISTS (SELECT 1 FROM {rows} WHERE embedding IS NOT NULL) THEN
-    LOCK TABLE {DISTINCT} IN SHARE ROW EXCLUSIVE MODE;
+    """Drop the keys of `rows` that no chunk has any more. The exclusive lock waits for
+    every transaction that is adding keys and holds off new ones until this one commits;
+    the DELETE, a later statement, then sees every chunk they wrote, so no key goes that
+    a chunk committed meanwhile has (a deadlock this rarely makes is the database's
+    `busy`, which kb retries). The trigger's name sorts before kb_chunks_added/_removed,
+    so writers and deleters take this lock before their chunk_totals row."""
+    return f"""IF {_dropping(rows)} THEN
+    PERFORM pg_advisory_xact_lock({KEYS_LOCK});
     DELETE FROM {DISTINCT} AS v
       USING (SELECT DISTINCT embedding_model AS model, {vector_key()} AS key FROM {rows}
              WHERE embedding IS NOT NULL) AS r
@@ -124,6 +145,8 @@ def _changed(rows: str, other: str) -> str:
          OR x.embedding_model IS DISTINCT FROM y.embedding_model) AS changed"""
 
 
+# A changed vector both adds and drops keys: the exclusive lock is taken first, as a
+# shared one held while waiting for the exclusive would deadlock two such UPDATEs.
 _KEEP_DISTINCT = f"""
 CREATE OR REPLACE FUNCTION kb_distinct_vectors() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -132,6 +155,9 @@ BEGIN
   ELSIF TG_OP = 'DELETE' THEN
     {_drop_keys("removed")}
   ELSE
+    IF {_dropping(_changed("removed", "added"))} THEN
+      PERFORM pg_advisory_xact_lock({KEYS_LOCK});
+    END IF;
     {_add_keys(_changed("added", "removed"))}
     {_drop_keys(_changed("removed", "added"))}
   END IF;
@@ -201,7 +227,7 @@ def keep_distinct(raw: Any) -> None:
     HNSW indexes on the chunks themselves (before migration 0020) that it replaces."""
     for statement in (_DISTINCT_TABLE, _CHUNKS_BY_KEY, _KEEP_DISTINCT, *_DISTINCT_TRIGGERS):
         raw.execute(statement)
-    raw.execute(_add_keys("chunks"))
+    raw.execute(_insert_keys("chunks"))
     before = "SELECT indexname FROM pg_indexes WHERE tablename = 'chunks' AND indexname LIKE %s"
     for (name,) in raw.execute(before, ("ix\\_chunks\\_hv\\_%",)).fetchall():
         raw.execute(f'DROP INDEX "{name}"')

@@ -16,7 +16,8 @@ candidates while the filter leaves fewer than `depth`; when it stops short (the 
 small, or `hnsw.max_scan_tuples` was reached) the exact scan answers instead. The index
 is asked for WIDER times the chunks wanted, and the candidates' own stored vectors then
 give the similarities, exactly as the exact scan computes them, so scores, the floor and
-ties (by chunk id) are the same; only which chunks are candidates is approximate
+ties (by chunk id) are the same; only which chunks are candidates is approximate (and,
+where more than WIDER times `depth` published chunks share one vector, which of them)
 (recall@10 measured in benchmarks/README.md, "pgvector on PostgreSQL")."""
 
 from __future__ import annotations
