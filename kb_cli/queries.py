@@ -1433,8 +1433,11 @@ def artefact_owners(conn: Connection, document_id: str | None = None) -> list[Ar
 # --- search --------------------------------------------------------------------------
 
 
-PUBLISHED_CHUNKS = f"""FROM {CHUNKS} AS c
-    JOIN {DOCUMENTS} AS d ON d.id = c.document_id AND c.revision = d.published_revision"""
+# Chunks `c` of their document's published revision, the document as `d`.
+OF_PUBLISHED_REVISION = (
+    f"JOIN {DOCUMENTS} AS d ON d.id = c.document_id AND c.revision = d.published_revision"
+)
+PUBLISHED_CHUNKS = f"FROM {CHUNKS} AS c {OF_PUBLISHED_REVISION}"
 
 
 class ScopeCounts(NamedTuple):

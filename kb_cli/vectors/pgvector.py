@@ -166,16 +166,20 @@ def nearest_by_index(
         {"ef_search": str(ef_search)},
     )
     scoped, params = queries.scope_filter(scope, engine=conn.engine)
-    # The index yields distinct vectors nearest first; each one's chunks are found by
-    # their key, and those outside the scope passed over while the walk goes on.
-    sql = (
+    sql = nearest_statement(model, dim, scoped)
+    rows = conn.execute(sql, {**params, "query": HalfVec(to_blob(query)), "depth": depth}).all()
+    return [row[0] for row in rows], [bytes(row[1]) for row in rows]
+
+
+def nearest_statement(model: str, dim: int, scoped: str) -> str:
+    """The search statement (parameters :query, :depth and the scope's). The index
+    yields distinct vectors nearest first; each one's chunks are found by their key, and
+    those outside the scope are passed over while the walk goes on."""
+    return (
         f"SELECT c.id, c.embedding FROM {schema.DISTINCT} AS v"
         f" JOIN {queries.CHUNKS} AS c ON c.embedding_model = v.model"
         f" AND {schema.vector_key('c.')} = v.key AND c.embedding IS NOT NULL"
-        f" JOIN {queries.DOCUMENTS} AS d ON d.id = c.document_id"
-        " AND c.revision = d.published_revision"
+        f" {queries.OF_PUBLISHED_REVISION}"
         f"{queries.where_all([schema.model_condition(model, dim, 'v.'), scoped])}"
         f" ORDER BY {schema.indexed_expression(dim, 'v.')} <#> :query LIMIT :depth"
     )
-    rows = conn.execute(sql, {**params, "query": HalfVec(to_blob(query)), "depth": depth}).all()
-    return [row[0] for row in rows], [bytes(row[1]) for row in rows]

@@ -15,7 +15,12 @@ from kb_cli.config import resolve_settings
 from kb_cli.metadata import MetaFilter
 from kb_cli.migrations import pgvector
 from kb_cli.permissions import Scope
-from kb_cli.vectors.pgvector import PgVectorIndex, indexes_vectors, nearest_by_index
+from kb_cli.vectors.pgvector import (
+    PgVectorIndex,
+    indexes_vectors,
+    nearest_by_index,
+    nearest_statement,
+)
 from kb_cli.vectors.stored import exact_nearest
 from tests.helpers import ON_POSTGRES
 
@@ -115,13 +120,10 @@ def test_the_search_statement_can_walk_the_hnsw_index(home):
         # Only the index gives chunks in that order without sorting them all; at this
         # size the planner would rather sort (at 100k it picks the index itself).
         conn.execute("SET LOCAL enable_sort = off")
-        plan = conn.execute(
-            "EXPLAIN SELECT v.key FROM distinct_vectors AS v WHERE "
-            + pgvector.model_condition(kb.embedder.model, 256, "v.")
-            + " ORDER BY "
-            + pgvector.indexed_expression(256, "v.")
-            + " <#> (SELECT embedding_hv FROM chunks LIMIT 1)::halfvec(256) LIMIT 50"
-        ).scalars()
+        statement = nearest_statement(kb.embedder.model, 256, "").replace(
+            ":query", "(SELECT embedding_hv FROM chunks LIMIT 1)::halfvec(256)"
+        )
+        plan = conn.execute("EXPLAIN " + statement, {"depth": DEPTH}).scalars()
     assert pgvector.index_name(kb.embedder.model, 256) in "\n".join(plan)
 
 
